@@ -1,0 +1,40 @@
+# django-durable: the commands the README names.
+PYTHON ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: install test test-sqlite test-postgres demo lint format bench bench-quick migrations-check
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]"
+
+# The whole suite: lint, migrations in sync, then PostgreSQL and SQLite.
+test: install
+	bash scripts/ensure-postgres.sh
+	$(BIN)/ruff check django_durable tests example_project bench
+	$(BIN)/python manage.py makemigrations --check --dry-run django_durable
+	DURABLE_TEST_DB=postgres $(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	DURABLE_TEST_DB=sqlite $(BIN)/pytest -n 2 $(PYTEST_ARGS)
+
+test-postgres: install
+	bash scripts/ensure-postgres.sh
+	DURABLE_TEST_DB=postgres $(BIN)/pytest $(PYTEST_ARGS)
+
+test-sqlite: install
+	DURABLE_TEST_DB=sqlite $(BIN)/pytest $(PYTEST_ARGS)
+
+demo: install
+	$(BIN)/python manage.py durable_demo
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .

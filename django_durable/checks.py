@@ -1,0 +1,75 @@
+"""System checks for the ``DURABLE`` setting (ids ``django_durable.E001``...)."""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+
+from .conf import DEFAULTS
+
+DURATIONS = ("LEASE", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "SHUTDOWN_GRACE")
+OPTIONAL_DURATIONS = ("RUN_RETENTION", "ACTIVITY_RETENTION", "PRUNE_INTERVAL")
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs=None, **kwargs):
+    configured = getattr(settings, "DURABLE", {})
+    if not isinstance(configured, dict):
+        return [Error("DURABLE must be a dict.", id="django_durable.E001")]
+    errors = []
+    unknown = sorted(set(configured) - set(DEFAULTS))
+    if unknown:
+        errors.append(
+            Error(
+                f"Unknown DURABLE settings: {', '.join(unknown)}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="django_durable.E002",
+            )
+        )
+    values = {**DEFAULTS, **configured}
+    for name in DURATIONS:
+        if not isinstance(values[name], timedelta) or values[name] <= timedelta(0):
+            errors.append(
+                Error(f"DURABLE[{name!r}] must be a positive timedelta.", id="django_durable.E003")
+            )
+    for name in OPTIONAL_DURATIONS:
+        value = values[name]
+        if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+            errors.append(
+                Error(
+                    f"DURABLE[{name!r}] must be a positive timedelta or None.",
+                    id="django_durable.E004",
+                )
+            )
+    batch = values["PRUNE_BATCH_SIZE"]
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        errors.append(
+            Error("DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005")
+        )
+    if not errors and values["HEARTBEAT_INTERVAL"] * 2 > values["LEASE"]:
+        errors.append(
+            Error(
+                "DURABLE['HEARTBEAT_INTERVAL'] must be at most half of DURABLE['LEASE'], "
+                "or a slow heartbeat lets a live worker's runs be recovered.",
+                id="django_durable.E006",
+            )
+        )
+    if not isinstance(values["NOTIFY_CHANNEL"], str) or not values["NOTIFY_CHANNEL"]:
+        errors.append(
+            Error("DURABLE['NOTIFY_CHANNEL'] must be a non-empty string.", id="django_durable.E007")
+        )
+    return errors
+
+
+def sqlite_concurrency_warning(concurrency: int, vendor: str) -> list[Warning]:
+    """Warned by the worker: SQLite serialises writes, so threads mostly wait."""
+    if vendor == "sqlite" and concurrency > 1:
+        return [
+            Warning(
+                f"durable_worker runs with --concurrency {concurrency} on SQLite: it works, "
+                "but SQLite serialises writes, so the threads mostly take turns.",
+                hint="Use PostgreSQL for concurrency, or --concurrency 1.",
+                id="django_durable.W001",
+            )
+        ]
+    return []

@@ -1,0 +1,155 @@
+"""The ``ctx`` a step receives: input, context values, waits and heartbeats.
+
+A wait (``sleep``, ``wait_for_event``, ``wait_for_input``) suspends the run by
+raising ``Suspend``; the executor records it and frees the worker. When the run
+resumes, the step runs again from its start and each wait it already passed
+returns the value recorded for it, in call order.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from . import conf, store
+from .durations import as_timedelta
+from .exceptions import Cancelled
+
+
+@dataclass
+class Suspend(Exception):
+    """Raised by a wait to suspend the run; caught by the executor."""
+
+    kind: str  # "sleep" | "event" | "input" | "children"
+    name: str | None
+    until: datetime | None
+    timeout_value: Any = None
+
+
+def event_slot(kind: str, name: str) -> str:
+    return f"{kind}:{name}"
+
+
+def check_json(value: Any, what: str) -> Any:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+    return value
+
+
+class Context:
+    """What a step sees of its run. One is made for each execution of a step."""
+
+    def __init__(self, run, *, waits: list[Any]):
+        self._run = run
+        self._data: dict[str, Any] = copy.deepcopy(run.context or {})
+        self._waits = waits
+        self._wait_calls = 0
+
+    # --- the run ---------------------------------------------------------
+
+    @property
+    def run_id(self) -> uuid.UUID:
+        return self._run.id
+
+    @property
+    def input(self) -> dict:
+        return self._run.input
+
+    @property
+    def attempt(self) -> int:
+        """The attempt of the current step: 1 the first time, 2 at the first retry..."""
+        return self._run.attempt
+
+    @property
+    def workflow(self) -> str:
+        return self._run.workflow
+
+    @property
+    def key(self) -> str | None:
+        return self._run.key
+
+    # --- context values ----------------------------------------------------
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._data.get(name, default)
+
+    def put(self, name: str, value: Any) -> None:
+        """Store a JSON value under ``name``; saved when the step completes."""
+        if not isinstance(name, str):
+            raise TypeError(f"context names are strings, got {name!r}")
+        self._data[name] = check_json(copy.deepcopy(value), f"context value {name!r}")
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self._data
+
+    # --- liveness ----------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Renew the run's lease; raise ``Cancelled`` if the run was cancelled.
+
+        Long steps call it now and then: it is how a cancel reaches running code,
+        and how a worker keeps a run that outlives the lease without a heartbeat
+        thread.
+        """
+        try:
+            store.renew_lease(self._run, conf.get("LEASE"))
+        except store.LeaseLost:
+            raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned") from None
+
+    # --- waits -------------------------------------------------------------
+
+    def _next_wait(self) -> tuple[bool, Any]:
+        """The value of this wait if the step passed it before a resume."""
+        index = self._wait_calls
+        self._wait_calls += 1
+        if index < len(self._waits):
+            return True, self._waits[index]
+        return False, None
+
+    def sleep(self, duration: timedelta | float) -> None:
+        """Suspend the run for ``duration``; the worker is free meanwhile."""
+        duration = as_timedelta(duration, "sleep duration")
+        done, _ = self._next_wait()
+        if done:
+            return None
+        raise Suspend("sleep", None, store.now() + duration)
+
+    def wait_for_event(
+        self, name: str, timeout: timedelta | float | None = None, timeout_value: Any = None
+    ) -> Any:
+        """Return the payload of event ``name`` sent to this run, waiting for it if needed.
+
+        A run gets one event per name: once one was received, every wait for that
+        name returns it. Returns ``timeout_value`` when ``timeout`` passes first.
+        """
+        return self._wait_for("event", name, timeout, timeout_value)
+
+    def wait_for_input(
+        self, name: str, timeout: timedelta | float | None = None, timeout_value: Any = None
+    ) -> Any:
+        """Return the value given with ``durable.provide_input(run_id, name, value)``."""
+        return self._wait_for("input", name, timeout, timeout_value)
+
+    def _wait_for(self, kind: str, name: str, timeout, timeout_value) -> Any:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
+        until = None
+        if timeout is not None:
+            until = store.now() + as_timedelta(timeout, f"{kind} timeout")
+        check_json(timeout_value, "timeout_value")
+        done, value = self._next_wait()
+        if done:
+            return value
+        received = (self._run.state or {}).get("received", {})
+        slot = event_slot(kind, name)
+        if slot in received:
+            self._waits.append(received[slot])
+            return received[slot]
+        raise Suspend(kind, name, until, timeout_value)

@@ -1,0 +1,247 @@
+"""Workflow definitions: the ``Workflow`` base class, ``@step`` and the registry.
+
+A definition is checked when its class is created, so a bad one fails at import
+with ``ImproperlyConfigured`` rather than at the first start.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .durations import as_timedelta
+
+REUSE_POLICIES = ("after_close", "after_failure", "never")
+SIMPLE_ON_DUPLICATE = ("use_existing", "error", "cancel_existing", "run_again")
+DEFAULT_MAX_BACKOFF = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Collapse a burst of keyed starts into one run with the last input.
+
+    ``period``: how long a keyed start waits before it runs; each start with the
+    same key in that time restarts the wait. ``timeout``: the longest wait from
+    the first start, however many starts keep coming (``None``: no cap).
+    """
+
+    period: timedelta
+    timeout: timedelta | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "period", as_timedelta(self.period, "Debounce period"))
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", as_timedelta(self.timeout, "Debounce timeout"))
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A schedule declared on a workflow class: ``schedules = [Cron("*/5 * * * *")]``."""
+
+    cron: str
+    key: str | None = None
+    input: dict | None = None
+    name: str | None = None
+    timezone: str = "UTC"
+
+
+class StepDef:
+    """One step of a workflow, in definition order."""
+
+    def __init__(
+        self,
+        fn: Callable,
+        *,
+        retries: int = 0,
+        backoff: timedelta | float = timedelta(seconds=1),
+        max_backoff: timedelta | float = DEFAULT_MAX_BACKOFF,
+        compensate: str | None = None,
+    ):
+        if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+            raise ImproperlyConfigured(
+                f"step {fn.__name__}: retries must be a whole number >= 0, got {retries!r}"
+            )
+        try:
+            self.backoff = as_timedelta(backoff, f"step {fn.__name__}: backoff")
+            self.max_backoff = as_timedelta(max_backoff, f"step {fn.__name__}: max_backoff")
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(str(exc)) from exc
+        self.fn = fn
+        self.name = fn.__name__
+        self.retries = retries
+        self.compensate = compensate
+        self.__doc__ = fn.__doc__
+
+    def delay_before(self, attempt: int) -> timedelta:
+        """The wait before ``attempt`` (2, 3, ...): backoff doubling each time, capped."""
+        return min(self.backoff * (2 ** max(attempt - 2, 0)), self.max_backoff)
+
+    def __call__(self, workflow_self, ctx):
+        return self.fn(workflow_self, ctx)
+
+    def __repr__(self):
+        return f"<step {self.name}>"
+
+
+def step(fn: Callable | None = None, /, **options: Any):
+    """Mark a method as a step. Use bare (``@step``) or with options
+    (``@step(retries=3, backoff=seconds(1), compensate="undo")``)."""
+    if fn is not None:
+        return StepDef(fn, **options)
+    return lambda f: StepDef(f, **options)
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class Registry:
+    """Every defined workflow, by name."""
+
+    def __init__(self):
+        self._by_name: dict[str, type[Workflow]] = {}
+
+    def register(self, workflow: type[Workflow]) -> None:
+        existing = self._by_name.get(workflow.name)
+        if existing is not None and _qualname(existing) != _qualname(workflow):
+            raise ImproperlyConfigured(
+                f"two workflows are named {workflow.name!r}: "
+                f"{_qualname(existing)} and {_qualname(workflow)}"
+            )
+        self._by_name[workflow.name] = workflow
+
+    def unregister(self, name: str) -> None:
+        self._by_name.pop(name, None)
+
+    def get(self, name: str) -> type[Workflow]:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise LookupError(f"no workflow is named {name!r}") from None
+
+    def resolve(self, workflow: type[Workflow] | str) -> type[Workflow]:
+        if isinstance(workflow, str):
+            return self.get(workflow)
+        if isinstance(workflow, type) and issubclass(workflow, Workflow):
+            if getattr(workflow, "_abstract", False):
+                raise LookupError(f"{workflow.__name__} is abstract and cannot be started")
+            return self.get(workflow.name)
+        raise TypeError(f"workflow must be a Workflow subclass or its name, got {workflow!r}")
+
+    def all(self) -> list[type[Workflow]]:
+        return list(self._by_name.values())
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+registry = Registry()
+
+
+def validate_on_duplicate(value: Any, where: str) -> str | tuple[str, str]:
+    """Return a normalised ``on_duplicate`` or raise ``ValueError``."""
+    if isinstance(value, str) and value in SIMPLE_ON_DUPLICATE:
+        return value
+    if (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and value[0] == "send_event"
+        and isinstance(value[1], str)
+        and value[1]
+    ):
+        return ("send_event", value[1])
+    raise ValueError(
+        f"{where}: on_duplicate must be one of {', '.join(map(repr, SIMPLE_ON_DUPLICATE))} "
+        f"or ('send_event', name), got {value!r}"
+    )
+
+
+class Workflow:
+    """Base class of a workflow. Subclasses define steps with ``@step``.
+
+    Class attributes: ``name``, ``reuse``, ``on_duplicate``, ``debounce``,
+    ``timeout``, ``queue``, ``schedules``. Set ``abstract = True`` on a base
+    class that has no steps of its own.
+    """
+
+    name: ClassVar[str]
+    reuse: ClassVar[str] = "after_close"
+    on_duplicate: ClassVar[Any] = "use_existing"
+    debounce: ClassVar[Debounce | None] = None
+    timeout: ClassVar[timedelta | None] = None
+    queue: ClassVar[str] = "default"
+    schedules: ClassVar[list[Cron]] = []
+    steps: ClassVar[tuple[StepDef, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._abstract = bool(cls.__dict__.get("abstract", False))
+        if "name" not in cls.__dict__:
+            cls.name = _snake_case(cls.__name__)
+        cls.steps = tuple(_collect_steps(cls))
+        if cls._abstract:
+            return
+        _check_definition(cls)
+        registry.register(cls)
+
+    def step_named(self, name: str) -> StepDef:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise LookupError(f"{self.name} has no step {name!r}")
+
+
+def _collect_steps(cls: type) -> list[StepDef]:
+    """Steps in definition order, base classes first; a subclass may override one."""
+    ordered: dict[str, StepDef] = {}
+    for klass in reversed(cls.__mro__):
+        for attr, value in vars(klass).items():
+            if isinstance(value, StepDef):
+                ordered[attr] = value
+    return list(ordered.values())
+
+
+def _check_definition(cls: type[Workflow]) -> None:
+    where = f"workflow {cls.__qualname__}"
+    if not isinstance(cls.name, str) or not cls.name:
+        raise ImproperlyConfigured(f"{where}: name must be a non-empty string")
+    if cls.reuse not in REUSE_POLICIES:
+        raise ImproperlyConfigured(
+            f"{where}: reuse must be one of {', '.join(map(repr, REUSE_POLICIES))}, "
+            f"got {cls.reuse!r}"
+        )
+    try:
+        cls.on_duplicate = validate_on_duplicate(cls.on_duplicate, where)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    if cls.on_duplicate == "run_again" and cls.reuse == "never":
+        raise ImproperlyConfigured(
+            f"{where}: on_duplicate='run_again' cannot be used with reuse='never' "
+            "(the waiting run could never take the key)"
+        )
+    if cls.debounce is not None and not isinstance(cls.debounce, Debounce):
+        raise ImproperlyConfigured(f"{where}: debounce must be a durable.Debounce or None")
+    if cls.timeout is not None:
+        try:
+            cls.timeout = as_timedelta(cls.timeout, f"{where}: timeout")
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+    if not isinstance(cls.queue, str) or not cls.queue:
+        raise ImproperlyConfigured(f"{where}: queue must be a non-empty string")
+    if not cls.steps:
+        raise ImproperlyConfigured(f"{where} has no step; mark methods with @step")
+    for s in cls.steps:
+        if s.compensate is not None and not callable(getattr(cls, s.compensate, None)):
+            raise ImproperlyConfigured(
+                f"{where}: step {s.name} compensates with {s.compensate!r}, "
+                "which is not a method of the workflow"
+            )
+    for cron in cls.schedules:
+        if not isinstance(cron, Cron):
+            raise ImproperlyConfigured(f"{where}: schedules must hold durable.Cron objects")

@@ -1,0 +1,128 @@
+"""Runs one claimed run, step by step. It has no SQL of its own: every write goes
+through ``store``, fenced by the claim, and a finished run is handed to
+``services.run_finished`` so its key moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+from . import store
+from .context import Context, Suspend, check_json, event_slot
+from .definition import Workflow, registry
+from .exceptions import Cancelled
+from .models import Run, Status
+
+logger = logging.getLogger("django_durable.executor")
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc))[-8000:],
+    }
+
+
+def _resume_waits(run: Run) -> list[Any]:
+    """The values of the current step's passed waits, resolving the one it suspended in."""
+    state = run.state or {}
+    waits = list(state.get("waits", []))
+    pending = state.get("pending")
+    if pending:
+        if pending["kind"] == "sleep":
+            waits.append(None)
+        else:
+            slot = event_slot(pending["kind"], pending["name"])
+            received = state.get("received", {})
+            waits.append(received[slot] if slot in received else pending.get("timeout_value"))
+    return waits
+
+
+def execute(run: Run) -> int:
+    """Run the claimed ``run`` until it finishes, suspends or fails; return steps executed."""
+    try:
+        workflow = registry.get(run.workflow)
+    except LookupError as exc:
+        return _fail_outside_steps(run, describe_error(exc))
+
+    instance: Workflow = workflow()
+    waits = _resume_waits(run)
+    executed = 0
+    while run.step_index < len(workflow.steps):
+        if run.timeout_at is not None and store.now() >= run.timeout_at:
+            return executed + _fail_outside_steps(
+                run,
+                {"type": "Timeout", "message": f"the run passed its timeout ({workflow.timeout})"},
+            )
+        step = workflow.steps[run.step_index]
+        ctx = Context(run, waits=waits)
+        started_at = store.now()
+        executed += 1
+        try:
+            output = step(instance, ctx)
+            check_json(output, f"the return value of step {step.name}")
+        except Suspend as wait:
+            try:
+                store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
+            except store.LeaseLost:
+                pass
+            return executed
+        except Cancelled:
+            _record_cancelled(run, step.name, started_at)
+            return executed
+        except store.LeaseLost:
+            return executed
+        except Exception as exc:
+            error = describe_error(exc)
+            retry_at = None
+            if run.attempt <= step.retries:
+                retry_at = store.now() + step.delay_before(run.attempt + 1)
+            try:
+                store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
+            except store.LeaseLost:
+                return executed
+            if retry_at is None:
+                logger.info("run %s (%s) failed at step %s", run.id, run.workflow, step.name)
+                _finished(run)
+            else:
+                logger.info(
+                    "run %s (%s) step %s failed, attempt %d at %s",
+                    run.id, run.workflow, step.name, run.attempt, retry_at,
+                )
+            return executed
+
+        run.context = ctx.data
+        waits = []
+        last = run.step_index == len(workflow.steps) - 1
+        try:
+            store.record_step_completed(run, step.name, started_at, output, last=last)
+        except store.LeaseLost:
+            return executed
+    logger.info("run %s (%s) completed", run.id, run.workflow)
+    _finished(run)
+    return executed
+
+
+def _record_cancelled(run: Run, step_name: str, started_at) -> None:
+    """The step noticed the cancel at a heartbeat: note the attempt, run no later step."""
+    status = store.current_status(run.id)
+    if status and status[0] == Status.CANCELLED:
+        store.record_attempt_cancelled(run, step_name, started_at)
+
+
+def _fail_outside_steps(run: Run, error: dict) -> int:
+    try:
+        store.record_run_failed(run, error)
+    except store.LeaseLost:
+        return 0
+    _finished(run)
+    return 0
+
+
+def _finished(run: Run) -> None:
+    from . import services  # services imports the executor's callers, not the executor
+
+    services.run_finished(run)

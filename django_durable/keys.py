@@ -1,0 +1,120 @@
+"""The key rules: what a start does when its key is already held.
+
+Pure functions of the workflow's policies and the holder's state: no I/O, so
+every cell of the reuse table and the on_duplicate table is tested directly.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from django.core.exceptions import ValidationError
+
+from .models import ACTIVE_STATUSES, Status
+
+MAX_KEY_BYTES = 255
+
+# Statuses of a finished holder that each reuse policy lets a new start take.
+_FREE_WHEN_FINISHED = {
+    "after_close": frozenset(
+        {
+            Status.COMPLETED,
+            Status.FAILED,
+            Status.CANCELLED,
+            Status.COMPENSATED,
+            Status.COMPENSATION_FAILED,
+        }
+    ),
+    "after_failure": frozenset(
+        {Status.FAILED, Status.CANCELLED, Status.COMPENSATED, Status.COMPENSATION_FAILED}
+    ),
+    "never": frozenset(),
+}
+
+
+class Action(enum.Enum):
+    HAND_OFF = "hand_off"  # the holder has finished and reuse lets it go
+    USE_EXISTING = "use_existing"  # answer with the holder
+    RAISE_TAKEN = "raise_taken"  # KeyTaken(holder)
+    CANCEL_EXISTING = "cancel_existing"  # cancel the holder, start a new run
+    RUN_AGAIN = "run_again"  # one run waits behind the holder
+    SEND_EVENT = "send_event"  # hand the input to the holder as an event
+    DEBOUNCE = "debounce"  # the not-yet-picked-up holder takes the newer input
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What the rules need to know about the run that holds a key."""
+
+    status: str
+    picked_up: bool  # a worker has claimed it at least once
+
+
+def validate_key(key: object) -> str | None:
+    """Return the key, or raise ``ValidationError`` when it is not 1 to 255 bytes of text."""
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise ValidationError(
+            "A key must be a string, got %(type)s.", code="key_type", params={"type": type(key)}
+        )
+    size = len(key.encode("utf-8", errors="surrogatepass"))
+    if size == 0:
+        raise ValidationError(
+            'A key must not be empty: "" is not "no key" (pass None for no key).',
+            code="key_empty",
+        )
+    if size > MAX_KEY_BYTES:
+        raise ValidationError(
+            "A key must be at most %(max)d bytes of UTF-8, got %(size)d.",
+            code="key_too_long",
+            params={"max": MAX_KEY_BYTES, "size": size},
+        )
+    if "\x00" in key:
+        raise ValidationError("A key must not contain NUL characters.", code="key_nul")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("A key must be valid Unicode text.", code="key_encoding") from None
+    return key
+
+
+def reuse_frees(reuse: str, holder_status: str) -> bool:
+    """Whether a finished holder in ``holder_status`` lets a new start take its key."""
+    return holder_status in _FREE_WHEN_FINISHED[reuse]
+
+
+def decide(
+    *, reuse: str, on_duplicate: str | tuple[str, str], holder: Holder, debounce: bool = False
+) -> Action:
+    """What a start does when ``holder`` holds its key."""
+    if holder.status not in ACTIVE_STATUSES:
+        if reuse_frees(reuse, holder.status):
+            return Action.HAND_OFF
+        # A finished holder that reuse keeps: nothing to cancel, wait behind or send to.
+        return Action.USE_EXISTING if on_duplicate == "use_existing" else Action.RAISE_TAKEN
+
+    # The holder is still going.
+    if debounce and holder.status == Status.PENDING and not holder.picked_up:
+        return Action.DEBOUNCE
+    if on_duplicate == "use_existing":
+        return Action.USE_EXISTING
+    if on_duplicate == "error":
+        return Action.RAISE_TAKEN
+    if on_duplicate == "cancel_existing":
+        # Compensations must run to their end; a compensating run can't be replaced.
+        if holder.status == Status.COMPENSATING:
+            return Action.RAISE_TAKEN
+        return Action.CANCEL_EXISTING
+    if on_duplicate == "run_again":
+        # Nothing waits behind a run that no worker has picked up: it takes the input itself.
+        if not holder.picked_up and holder.status == Status.PENDING:
+            return Action.DEBOUNCE
+        return Action.RUN_AGAIN
+    return Action.SEND_EVENT
+
+
+def retake_allowed(reuse: str, holder_status: str) -> bool:
+    """A retry takes its key back from a newer run by the start rules."""
+    return holder_status not in ACTIVE_STATUSES and reuse_frees(reuse, holder_status)

@@ -1,0 +1,111 @@
+"""What happens when a run finishes: its key moves on to the run waiting behind it.
+
+Called by the executor, by ``cancel()`` and by the worker's sweep (which
+catches a finish whose hand-on was interrupted by a crash).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from . import keys, signals, store
+from .definition import registry
+from .models import FINISHED_STATUSES, Activity, Run
+
+logger = logging.getLogger("django_durable")
+
+
+def send_after_commit(signal, sender, **kwargs) -> None:
+    """Send a signal once the current transaction commits (at once in autocommit)."""
+    transaction.on_commit(lambda: signal.send_robust(sender=sender, **kwargs))
+
+
+def workflow_class(name: str):
+    try:
+        return registry.get(name)
+    except LookupError:
+        return None
+
+
+def run_finished(run: Run) -> None:
+    """Announce a finished run and let the run waiting behind its key go on."""
+    send_after_commit(
+        signals.run_finished,
+        workflow_class(run.workflow),
+        run_id=run.id,
+        workflow=run.workflow,
+        key=run.key,
+        status=run.status,
+    )
+    if run.key is not None:
+        promote_waiting(run.workflow, run.key)
+
+
+def promote_waiting(workflow_name: str, key: str) -> None:
+    """If a ``run_again`` run waits behind a key whose holder has finished, move it on.
+
+    It takes the key when the holder's ``reuse`` lets the key go, is cancelled
+    when ``reuse`` keeps it, and waits behind a newer holder that took the key
+    in between.
+    """
+    with transaction.atomic():
+        waiting = store.get_waiting_behind(workflow_name, key, lock=True)
+        if waiting is None:
+            return
+        holder = store.get_holder(workflow_name, key, lock=True)
+        if holder is not None and holder.status not in FINISHED_STATUSES:
+            if waiting.runs_after_id != holder.id:
+                store.wait_behind(waiting.id, holder.id)
+            return
+        workflow = workflow_class(workflow_name)
+        reuse = workflow.reuse if workflow else "after_close"
+        if holder is not None and not keys.reuse_frees(reuse, holder.status):
+            store.cancel_run(
+                waiting.id,
+                {
+                    "type": "KeyKept",
+                    "message": (
+                        f"run {holder.id} ended {holder.status} and reuse={reuse!r} keeps "
+                        "the key, so the run waiting behind it does not run"
+                    ),
+                    "holder_id": str(holder.id),
+                },
+            )
+            return
+        if holder is not None:
+            store.release_key(holder.id, statuses=[holder.status])
+        timeout = workflow.timeout if workflow else None
+        if not store.take_key_and_run(waiting.id, timeout=timeout):
+            # A start took the free key first: wait behind that run instead.
+            newer = store.get_holder(workflow_name, key)
+            if newer is not None:
+                store.wait_behind(waiting.id, newer.id)
+            return
+        store.record_activity(
+            Activity.Kind.KEY_HANDED_OFF,
+            run_id=waiting.id,
+            workflow=workflow_name,
+            key=key,
+            details={"from_run_id": str(holder.id) if holder else None, "to_run_id": str(waiting.id)},
+        )
+        store.notify_due(waiting.queue)
+        send_after_commit(
+            signals.key_handoff,
+            workflow,
+            from_run_id=holder.id if holder else None,
+            to_run_id=waiting.id,
+            workflow=workflow_name,
+            key=key,
+        )
+    logger.info("run %s took key %r of %s", waiting.id, key, workflow_name)
+
+
+def sweep_waiting() -> int:
+    """Move on every run waiting behind a finished or vanished holder."""
+    stuck = store.waiting_behind_finished()
+    for workflow_name, key in stuck:
+        promote_waiting(workflow_name, key)
+    return len(stuck)
+

@@ -1,0 +1,334 @@
+"""Database tables of django-durable.
+
+The rules that keys depend on are enforced here, by the database, with named
+constraints: one holder per (workflow, key), one run waiting behind a key,
+valid statuses, and keys of 1 to 255 bytes.
+"""
+
+import uuid
+
+from django.db import models
+from django.utils.timezone import now
+from django.db.models import Q
+
+from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
+
+from .db_functions import OctetLength
+
+
+class Status(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPENSATING = "compensating"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+
+
+ACTIVE_STATUSES = frozenset(
+    {Status.PENDING, Status.RUNNING, Status.WAITING, Status.COMPENSATING}
+)
+FINISHED_STATUSES = frozenset(
+    {
+        Status.COMPLETED,
+        Status.FAILED,
+        Status.CANCELLED,
+        Status.COMPENSATED,
+        Status.COMPENSATION_FAILED,
+    }
+)
+# Statuses a worker may claim (when the run is due).
+CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING)
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def finished(self):
+        return self.filter(status__in=FINISHED_STATUSES)
+
+    def holders(self):
+        return self.filter(holds_key=True)
+
+    def with_key(self, key):
+        return self.filter(key=key)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, default="default")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+
+    input = models.JSONField(default=dict)
+    context = models.JSONField(default=dict)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+
+    # The key the run was started with. It stays after the run stops holding it.
+    key = models.CharField(max_length=255, null=True, blank=True)
+    holds_key = models.BooleanField(default=False)
+    # A run_again run waits behind this run; kept afterwards as history.
+    runs_after = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+
+    # Progress: the next step to run and the attempt of that step.
+    step_index = models.PositiveIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+
+    # When a worker may claim the run. NULL: not due (waits for an event or a holder).
+    due_at = models.DateTimeField(null=True, blank=True)
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    debounce_deadline = models.DateTimeField(null=True, blank=True)
+    # What a waiting run waits for: "sleep", "event:<name>", "input:<name>", "children".
+    waiting_for = models.CharField(max_length=300, null=True, blank=True)
+    # Bookkeeping of waits: the values of the current step's completed waits (a
+    # step runs again from its start on resume and its waits return these), the
+    # wait it is suspended in, and the event and input received per name.
+    state = models.JSONField(default=dict, blank=True)
+
+    # Ownership while running: the worker, its lease, and a fence that grows on
+    # every claim so a worker that lost the run cannot record over the new owner.
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fence = models.PositiveIntegerField(default=0)
+
+    created_at = models.DateTimeField(default=now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        db_table = "durable_run"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow", "key"],
+                condition=Q(holds_key=True),
+                name="durable_run_one_holder_per_key",
+            ),
+            models.UniqueConstraint(
+                fields=["workflow", "key"],
+                condition=Q(runs_after__isnull=False, holds_key=False, status=Status.PENDING),
+                name="durable_run_one_waiting_per_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=Status.values), name="durable_run_status_valid"
+            ),
+            # 1 to 255 bytes of UTF-8: "" is not "no key", and a long key is an error.
+            models.CheckConstraint(
+                condition=Q(key__isnull=True)
+                | Q(
+                    GreaterThanOrEqual(OctetLength("key"), 1),
+                    LessThanOrEqual(OctetLength("key"), 255),
+                ),
+                name="durable_run_key_length",
+            ),
+            # Only a run with a key can hold one.
+            models.CheckConstraint(
+                condition=Q(holds_key=False) | Q(key__isnull=False),
+                name="durable_run_holder_has_key",
+            ),
+        ]
+        indexes = [
+            # The claim: due runs of a queue, oldest first.
+            models.Index(
+                fields=["queue", "due_at"],
+                condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False),
+                name="durable_run_claim",
+            ),
+            # Recovery: running runs whose lease ran out.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status__in=(Status.RUNNING, Status.COMPENSATING)),
+                name="durable_run_lease",
+            ),
+            # Every run started with a key (list_executions, the Key view).
+            models.Index(fields=["key", "workflow"], name="durable_run_key"),
+            models.Index(fields=["workflow", "status"], name="durable_run_workflow_status"),
+            # Pruning: finished runs by age.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=FINISHED_STATUSES),
+                name="durable_run_finished",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.workflow} {self.id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+
+class HeldKey(Run):
+    """The Keys view of runs: one row per key that is held, with its holder."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "key"
+        verbose_name_plural = "keys"
+
+
+class StepAttempt(models.Model):
+    class Kind(models.TextChoices):
+        STEP = "step"
+        COMPENSATION = "compensation"
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        SUSPENDED = "suspended"
+        CANCELLED = "cancelled"
+        LOST = "lost"
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.STEP)
+    step = models.CharField(max_length=200)
+    step_index = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    started_at = models.DateTimeField(default=now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_step_attempt"
+        ordering = ["run", "id"]
+        constraints = [
+            # A step's result is recorded once: recording it again is an error,
+            # never a silent overwrite.
+            models.UniqueConstraint(
+                fields=["run", "kind", "step_index"],
+                condition=Q(status="completed"),
+                name="durable_step_completed_once",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["running", "completed", "failed", "suspended",
+                                        "cancelled", "lost"]),
+                name="durable_step_attempt_status_valid",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.step} #{self.attempt} ({self.status})"
+
+
+class Event(models.Model):
+    """An event or an input sent to a run; kept until the run waits for it."""
+
+    class Kind(models.TextChoices):
+        EVENT = "event"
+        INPUT = "input"
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.EVENT)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "durable_event"
+        ordering = ["run", "id"]
+        indexes = [models.Index(fields=["run", "kind", "name"], name="durable_event_lookup")]
+
+    def __str__(self):
+        return f"{self.kind} {self.name} for {self.run_id}"
+
+
+class Activity(models.Model):
+    """What happened to keys: duplicates, hand-offs, releases, retakes.
+
+    Rows outlive the runs they name (pruning keeps activity for its own
+    retention), so the run is referred to by id rather than by a foreign key.
+    """
+
+    class Kind(models.TextChoices):
+        KEY_DUPLICATE = "key_duplicate"
+        KEY_HANDED_OFF = "key_handed_off"
+        KEY_RELEASED = "key_released"
+        KEY_RETAKEN = "key_retaken"
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    run_id = models.UUIDField(null=True, blank=True)
+    workflow = models.CharField(max_length=200)
+    key = models.CharField(max_length=255, null=True, blank=True)
+    details = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        db_table = "durable_activity"
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "activity"
+        indexes = [
+            models.Index(fields=["created_at"], name="durable_activity_created"),
+            models.Index(fields=["kind", "created_at"], name="durable_activity_kind"),
+            models.Index(fields=["run_id"], name="durable_activity_run"),
+            models.Index(fields=["workflow", "key"], name="durable_activity_key"),
+        ]
+
+    def __str__(self):
+        return f"{self.kind} {self.workflow}:{self.key}"
+
+
+class Schedule(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    workflow = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200)
+    key = models.CharField(max_length=255, null=True, blank=True)
+    input = models.JSONField(default=dict)
+    timezone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    next_fire_at = models.DateTimeField(null=True, blank=True)
+    last_fired_at = models.DateTimeField(null=True, blank=True)
+    last_run_id = models.UUIDField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=now)
+
+    class Meta:
+        db_table = "durable_schedule"
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class WorkerNode(models.Model):
+    """A live worker process; its heartbeat keeps the leases of its runs."""
+
+    id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(default=now)
+    heartbeat_at = models.DateTimeField()
+    stopping = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "durable_worker_node"
+        ordering = ["id"]
+
+    def __str__(self):
+        return self.id

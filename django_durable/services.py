@@ -1,0 +1,448 @@
+"""The public operations: start, retry, rerun, release_key, cancel, send_event.
+
+Each one validates its arguments before anything is written, asks ``keys`` what
+the rules say, makes its writes through ``store`` in one short transaction (a
+savepoint inside the caller's), and announces what happened with activity rows
+and signals sent after commit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from django.db import transaction
+
+from . import conf, keys, signals, store
+from .definition import Workflow, registry, validate_on_duplicate
+from .exceptions import (
+    AlreadyFinished,
+    KeyContended,
+    KeyTaken,
+    NoKey,
+    NotCancellable,
+    NotFailed,
+    NotFinished,
+    NotWaiting,
+)
+from .keys import Action
+from .lifecycle import run_finished, send_after_commit, workflow_class
+from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
+
+MAX_CHANGES_OF_HANDS = 3
+
+
+class StartResult(NamedTuple):
+    """What answered a start: ``run_id`` and the ``outcome`` that produced it."""
+
+    run_id: uuid.UUID
+    outcome: str
+
+
+def _validate_input(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
+    try:
+        # Round-trip so the stored input is exactly what a reader gets back.
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
+
+
+def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
+    at = store.now()
+    run = Run(
+        id=uuid.uuid4(),
+        workflow=workflow.name,
+        queue=workflow.queue,
+        status=Status.PENDING,
+        input=payload,
+        key=key,
+        created_at=at,
+        due_at=at,
+        timeout_at=at + workflow.timeout if workflow.timeout else None,
+    )
+    for name, value in fields.items():
+        setattr(run, name, value)
+    if key is not None and workflow.debounce is not None and "due_at" not in fields:
+        timeout = workflow.debounce.timeout
+        run.debounce_deadline = at + timeout if timeout is not None else None
+        _set_debounced_due(run, workflow, run.debounce_deadline)
+    return run
+
+
+def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
+    """A debounced run is due one period from now, but never after its deadline;
+    the workflow timeout counts from when it is due."""
+    due = store.now() + workflow.debounce.period
+    if deadline is not None and due > deadline:
+        due = deadline
+    run.due_at = due
+    run.timeout_at = due + workflow.timeout if workflow.timeout else None
+
+
+def start(
+    workflow: type[Workflow] | str,
+    input: dict | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> uuid.UUID:
+    """Start ``workflow`` with ``input``, at most once per ``key``; return the answering run's id."""
+    return start_detailed(workflow, input, key=key, on_duplicate=on_duplicate).run_id
+
+
+def start_detailed(
+    workflow: type[Workflow] | str,
+    input: dict | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> StartResult:
+    """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
+    definition = registry.resolve(workflow)
+    payload = _validate_input(input)
+    key = keys.validate_key(key)
+    policy = definition.on_duplicate
+    if on_duplicate is not None:
+        policy = validate_on_duplicate(on_duplicate, "start()")
+        if policy == "run_again" and definition.reuse == "never":
+            raise ValueError(
+                f"on_duplicate='run_again' cannot be used with {definition.name}'s reuse='never'"
+            )
+    return start_run(definition, payload, key, policy)
+
+
+def start_run(
+    workflow: type[Workflow],
+    payload: dict,
+    key: str | None,
+    policy: str | tuple[str, str],
+    **fields: Any,
+) -> StartResult:
+    """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
+    if key is None:
+        with transaction.atomic():
+            run = _new_run(workflow, payload, None, **fields)
+            store.create_run(run)
+            _announce_new_run(workflow, run)
+        return StartResult(run.id, "started")
+
+    with transaction.atomic():
+        result, taken_by = _start_keyed(workflow, payload, key, policy, fields)
+    if taken_by is not None:
+        raise KeyTaken(taken_by, f"key {key!r} of {workflow.name} is held by run {taken_by}")
+    return result
+
+
+def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | None, Any]:
+    """One keyed start inside a transaction; returns (result, holder id to raise KeyTaken for)."""
+    run = _new_run(workflow, payload, key, holds_key=True, **fields)
+    replaced: Run | None = None  # the holder this start took the key from
+    outcome_if_inserted = "started"
+    changes = 0
+    seen: uuid.UUID | None = None
+    while True:
+        if store.insert_run(run):
+            _announce_new_run(workflow, run)
+            if replaced is not None:
+                _record_handoff(workflow, key, replaced.id, run.id)
+            if outcome_if_inserted == "cancel_existing":
+                store.move_waiting_behind(workflow.name, key, run.id)
+            return StartResult(run.id, outcome_if_inserted), None
+
+        holder = store.get_holder(workflow.name, key)
+        if holder is None or (seen is not None and holder.id != seen):
+            changes += 1
+        if changes >= MAX_CHANGES_OF_HANDS:
+            raise KeyContended(f"key {key!r} of {workflow.name} changed hands during the start")
+        if holder is None:
+            continue
+        seen = holder.id
+
+        action = keys.decide(
+            reuse=workflow.reuse,
+            on_duplicate=policy,
+            holder=keys.Holder(status=holder.status, picked_up=holder.started_at is not None),
+            debounce=workflow.debounce is not None,
+        )
+        if action is Action.HAND_OFF:
+            if store.release_key(holder.id, statuses=[holder.status]):
+                replaced, outcome_if_inserted = holder, "handed_off"
+            else:
+                changes += 1
+            continue
+        if action is Action.CANCEL_EXISTING:
+            error = {
+                "type": "Replaced",
+                "message": f"cancelled by a start of key {key!r}; replaced by run {run.id}",
+                "replaced_by": str(run.id),
+            }
+            if store.replace_holder(holder.id, error):
+                _duplicate(workflow, key, holder, payload, "cancel_existing")
+                replaced, outcome_if_inserted = holder, "cancel_existing"
+                _cancel_children(holder.id)
+            else:
+                changes += 1
+            continue
+        if action is Action.USE_EXISTING:
+            _duplicate(workflow, key, holder, payload, "use_existing")
+            return StartResult(holder.id, "use_existing"), None
+        if action is Action.RAISE_TAKEN:
+            _duplicate(workflow, key, holder, payload, "error")
+            return None, holder.id
+        if action is Action.SEND_EVENT:
+            store.deliver(holder.id, "event", policy[1], payload, keep=True)
+            _duplicate(workflow, key, holder, payload, "send_event")
+            return StartResult(holder.id, "send_event"), None
+        if action is Action.DEBOUNCE:
+            outcome = "debounced" if workflow.debounce is not None else "run_again"
+            if _give_newer_input(workflow, holder, payload):
+                _duplicate(workflow, key, holder, payload, outcome)
+                return StartResult(holder.id, outcome), None
+            changes += 1  # a worker picked it up meanwhile: decide again
+            continue
+        if action is Action.RUN_AGAIN:
+            answer = _run_again(workflow, key, holder, payload, fields)
+            if answer is not None:
+                return answer, None
+            changes += 1
+            continue
+        raise AssertionError(f"unhandled key action {action}")
+
+
+def _give_newer_input(workflow, holder: Run, payload: dict) -> bool:
+    """A holder no worker has picked up takes the newer input (and, debounced, waits again)."""
+    fields: dict[str, Any] = {}
+    if workflow.debounce is not None:
+        _set_debounced_due(holder, workflow, holder.debounce_deadline)
+        fields = {"due_at": holder.due_at, "timeout_at": holder.timeout_at}
+    return store.update_pending_input(holder.id, payload, **fields)
+
+
+def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult | None:
+    """Leave one run waiting behind ``holder`` (or give the waiting one the newest input)."""
+    locked = store.get_holder(workflow.name, key, lock=True)
+    if locked is None or locked.id != holder.id or locked.status in FINISHED_STATUSES:
+        return None  # the holder finished or changed: decide again
+    waiting = store.get_waiting_behind(workflow.name, key, lock=True)
+    if waiting is not None:
+        store.update_waiting_input(waiting.id, payload)
+        waiting_id = waiting.id
+    else:
+        behind = _new_run(
+            workflow, payload, key, holds_key=False, runs_after_id=holder.id, due_at=None,
+            timeout_at=None, **fields,
+        )
+        if not store.insert_run(behind):
+            return None  # another start left its waiting run first: update that one
+        _announce_new_run(workflow, behind, notify=False)
+        waiting_id = behind.id
+    _duplicate(workflow, key, holder, payload, "run_again", runs_after=holder.id)
+    return StartResult(waiting_id, "run_again")
+
+
+def _announce_new_run(workflow, run: Run, *, notify: bool = True) -> None:
+    if notify and run.due_at is not None and run.due_at <= store.now():
+        store.notify_due(run.queue)
+    send_after_commit(
+        signals.run_started, workflow, run_id=run.id, workflow=run.workflow, key=run.key
+    )
+
+
+def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra) -> None:
+    """Record a start that found its key taken: activity now, a signal after commit."""
+    input_changed = payload != holder.input
+    details = {"outcome": outcome, "input_changed": input_changed, "input": payload}
+    if "runs_after" in extra:
+        details["runs_after"] = str(extra["runs_after"])
+    store.record_activity(
+        Activity.Kind.KEY_DUPLICATE, run_id=holder.id, workflow=workflow.name, key=key,
+        details=details,
+    )
+    send_after_commit(
+        signals.key_duplicate,
+        workflow,
+        run_id=holder.id,
+        workflow=workflow.name,
+        key=key,
+        outcome=outcome,
+        input_changed=input_changed,
+        input=payload,
+    )
+
+
+def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) -> None:
+    store.record_activity(
+        Activity.Kind.KEY_HANDED_OFF,
+        run_id=to_id,
+        workflow=workflow.name,
+        key=key,
+        details={"from_run_id": str(from_id), "to_run_id": str(to_id)},
+    )
+    send_after_commit(
+        signals.key_handoff, workflow, from_run_id=from_id, to_run_id=to_id,
+        workflow=workflow.name, key=key,
+    )
+
+
+def _cancel_children(parent_id: uuid.UUID) -> None:
+    for child_id in store.active_children(parent_id):
+        store.cancel_run(child_id, {"type": "Cancelled", "message": "its parent run was cancelled"})
+        _cancel_children(child_id)
+
+
+# --- acting on runs -------------------------------------------------------------
+
+
+def get_run(run_id: uuid.UUID | str) -> Run:
+    """The run with ``run_id``; ``Run.DoesNotExist`` if there is none."""
+    return Run.objects.get(id=run_id)
+
+
+def list_executions(key: str | None = None, workflow: str | type[Workflow] | None = None,
+                    status: str | None = None):
+    """Runs, newest first, filtered by key, workflow and status; each has ``holds_key``."""
+    runs = Run.objects.all()
+    if key is not None:
+        runs = runs.filter(key=key)
+    if workflow is not None:
+        runs = runs.filter(workflow=workflow if isinstance(workflow, str) else workflow.name)
+    if status is not None:
+        runs = runs.filter(status=status)
+    return runs.order_by("-created_at", "-id")
+
+
+def retry(run_id: uuid.UUID | str) -> uuid.UUID:
+    """Resume a failed run at the step that failed, taking its key back if it may."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.status != Status.FAILED:
+            raise NotFailed(f"run {run.id} is {run.status}; only a failed run can be retried")
+        if run.key is not None and not run.holds_key:
+            _retake_key(run)
+        store.resume_failed(run.id)
+        store.notify_due(run.queue)
+    return run.id
+
+
+def _retake_key(run: Run) -> None:
+    workflow = registry.get(run.workflow)
+    for _ in range(MAX_CHANGES_OF_HANDS):
+        holder = store.get_holder(run.workflow, run.key)
+        if holder is not None:
+            if not keys.retake_allowed(workflow.reuse, holder.status):
+                raise KeyTaken(holder.id, f"key {run.key!r} is held by run {holder.id}")
+            if not store.release_key(holder.id, statuses=[holder.status]):
+                continue
+        if store.take_key(run.id):
+            store.record_activity(
+                Activity.Kind.KEY_RETAKEN,
+                run_id=run.id,
+                workflow=run.workflow,
+                key=run.key,
+                details={"from_run_id": str(holder.id) if holder else None},
+            )
+            return
+    raise KeyContended(f"key {run.key!r} of {run.workflow} changed hands during the retry")
+
+
+def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
+    """Start a fresh copy of a finished run: same workflow, input and key."""
+    run = Run.objects.get(id=run_id)
+    if run.status not in FINISHED_STATUSES:
+        raise NotFinished(f"run {run.id} is {run.status}; rerun takes a finished run")
+    workflow = registry.get(run.workflow)
+    return start_run(workflow, run.input, run.key, "error").run_id
+
+
+def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
+    """Let a finished run's key go, so the next start may take it (even under ``never``)."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.status in ACTIVE_STATUSES:
+            raise NotFinished(f"run {run.id} is {run.status}; cancel it before releasing its key")
+        if not run.holds_key:
+            raise NoKey(f"run {run.id} holds no key")
+        store.release_key(run.id, statuses=[run.status])
+        store.record_activity(
+            Activity.Kind.KEY_RELEASED, run_id=run.id, workflow=run.workflow, key=run.key,
+            details={"by": by},
+        )
+        send_after_commit(
+            signals.key_release, workflow_class(run.workflow), run_id=run.id,
+            workflow=run.workflow, key=run.key, by=by,
+        )
+
+
+def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
+    """Cancel a run that is still going. A running step stops at its next heartbeat;
+    no later step runs; compensations don't run. The run keeps its key."""
+    run = Run.objects.get(id=run_id)
+    if run.status in FINISHED_STATUSES:
+        raise AlreadyFinished(f"run {run.id} already finished ({run.status})")
+    if run.status == Status.COMPENSATING:
+        raise NotCancellable(f"run {run.id} is compensating and cannot be cancelled")
+    error = {"type": "Cancelled", "message": reason or "cancelled", "reason": reason}
+    with transaction.atomic():
+        if not store.cancel_run(run.id, error):
+            current = Run.objects.get(id=run.id)
+            if current.status == Status.COMPENSATING:
+                raise NotCancellable(f"run {run.id} is compensating and cannot be cancelled")
+            raise AlreadyFinished(f"run {run.id} already finished ({current.status})")
+        _cancel_children(run.id)
+    run.refresh_from_db()
+    run_finished(run)
+
+
+def send_event(run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False) -> None:
+    """Send event ``name`` to a run. It must be waiting for it, unless ``buffer=True``
+    keeps the event until the run waits for it."""
+    _send(run_id, Event.Kind.EVENT, name, payload, keep=buffer)
+
+
+def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
+    """Give a run waiting in ``ctx.wait_for_input(name)`` its value."""
+    _send(run_id, Event.Kind.INPUT, name, value, keep=False)
+
+
+def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
+    try:
+        payload = json.loads(json.dumps(payload, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"the {kind} payload must be JSON-serialisable: {exc}") from None
+    outcome = store.deliver(run_id, kind, name, payload, keep=keep)
+    if outcome == "refused":
+        raise NotWaiting(f"run {run_id} is not waiting for {kind} {name!r}")
+
+
+def prunable_runs(older_than: timedelta | None = None):
+    """The finished runs ``prune(older_than)`` would delete."""
+    retention = older_than if older_than is not None else conf.get("RUN_RETENTION")
+    if retention is None:
+        return Run.objects.none()
+    return store.prunable(store.now() - retention)
+
+
+def prune(older_than: timedelta | None = None) -> int:
+    """Delete finished runs past retention (freeing their keys) and old activity.
+
+    Returns how many runs were deleted. ``older_than`` overrides
+    ``DURABLE["RUN_RETENTION"]``.
+    """
+    settings = conf.durable_settings()
+    retention = older_than if older_than is not None else settings["RUN_RETENTION"]
+    batch = settings["PRUNE_BATCH_SIZE"]
+    at = store.now()
+    pruned = 0
+    if retention is not None:
+        pruned = store.prune_runs(at - retention, batch)
+    if settings["ACTIVITY_RETENTION"] is not None:
+        store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
+    return pruned

@@ -1,0 +1,15 @@
+import pytest
+from django.db import connection
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``postgres`` need PostgreSQL itself (row locks, LISTEN/NOTIFY,
+    EXPLAIN): on SQLite they are deselected, not skipped, and the run says so."""
+    if connection.vendor == "postgresql":
+        return
+    kept, deselected = [], []
+    for item in items:
+        (deselected if item.get_closest_marker("postgres") else kept).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept

@@ -1,0 +1,14 @@
+from django.db import models
+
+
+class SideEffect(models.Model):
+    """A step's visible effect; the unique constraint proves a step ran once."""
+
+    run_id = models.UUIDField()
+    step = models.CharField(max_length=100)
+    note = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run_id", "step"], name="testapp_effect_once")
+        ]
