@@ -126,17 +126,60 @@ def start_run(
 ) -> StartResult:
     """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
     if key is None:
-        with transaction.atomic():
-            run = _new_run(workflow, payload, None, **fields)
-            store.create_run(run)
-            _announce_new_run(workflow, run)
+        run = _new_run(workflow, payload, None, **fields)
+        if store.in_autocommit():
+            # One statement (INSERT and NOTIFY), atomic on its own: no BEGIN/COMMIT.
+            store.insert_or_get_holder(run)
+            _announce_new_run(workflow, run, notify=False)
+        else:
+            with transaction.atomic():
+                store.create_run(run)
+                _announce_new_run(workflow, run)
         return StartResult(run.id, "started")
 
-    with transaction.atomic():
-        result, taken_by = _start_keyed(workflow, payload, key, policy, fields)
+    answer = _start_keyed_alone(workflow, payload, key, policy, fields) if store.in_autocommit() else None
+    if answer is not None:
+        result, taken_by = answer
+    else:
+        with transaction.atomic():
+            result, taken_by = _start_keyed(workflow, payload, key, policy, fields)
     if taken_by is not None:
         raise KeyTaken(taken_by, f"key {key!r} of {workflow.name} is held by run {taken_by}")
     return result
+
+
+def _start_keyed_alone(workflow, payload, key, policy, fields) -> tuple[StartResult | None, Any] | None:
+    """The common keyed starts of a caller in autocommit, without a transaction.
+
+    A new key is one statement; a duplicate that its holder answers
+    (``use_existing``, ``error``) adds only the activity row. Any other answer
+    (hand-off, cancel, debounce, run_again, send_event) needs several writes
+    together: None, and the caller runs the start in a transaction.
+    """
+    run = _new_run(workflow, payload, key, holds_key=True, **fields)
+    inserted, holder = store.insert_or_get_holder(run)
+    if inserted:
+        _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
+        return StartResult(run.id, "started"), None
+    if holder is None:
+        return None
+    action = _decide(workflow, policy, holder)
+    if action is Action.USE_EXISTING:
+        _duplicate(workflow, key, holder, payload, "use_existing")
+        return StartResult(holder.id, "use_existing"), None
+    if action is Action.RAISE_TAKEN:
+        _duplicate(workflow, key, holder, payload, "error")
+        return None, holder.id
+    return None
+
+
+def _decide(workflow, policy, holder: Run) -> Action:
+    return keys.decide(
+        reuse=workflow.reuse,
+        on_duplicate=policy,
+        holder=keys.Holder(status=holder.status, picked_up=holder.started_at is not None),
+        debounce=workflow.debounce is not None,
+    )
 
 
 def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | None, Any]:
@@ -147,15 +190,17 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
     changes = 0
     seen: uuid.UUID | None = None
     while True:
-        if store.insert_run(run):
-            _announce_new_run(workflow, run)
+        inserted, holder = store.insert_or_get_holder(run)
+        if inserted:
+            _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
             if replaced is not None:
                 _record_handoff(workflow, key, replaced.id, run.id)
             if outcome_if_inserted == "cancel_existing":
                 store.move_waiting_behind(workflow.name, key, run.id)
             return StartResult(run.id, outcome_if_inserted), None
 
-        holder = store.get_holder(workflow.name, key)
+        if holder is None:
+            holder = store.get_holder(workflow.name, key)
         if holder is None or (seen is not None and holder.id != seen):
             changes += 1
         if changes >= MAX_CHANGES_OF_HANDS:
@@ -164,12 +209,7 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
             continue
         seen = holder.id
 
-        action = keys.decide(
-            reuse=workflow.reuse,
-            on_duplicate=policy,
-            holder=keys.Holder(status=holder.status, picked_up=holder.started_at is not None),
-            debounce=workflow.debounce is not None,
-        )
+        action = _decide(workflow, policy, holder)
         if action is Action.HAND_OFF:
             if store.release_key(holder.id, statuses=[holder.status]):
                 replaced, outcome_if_inserted = holder, "handed_off"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -49,6 +49,51 @@ def _qn(name: str) -> str:
 # --- starting -----------------------------------------------------------------
 
 
+def in_autocommit() -> bool:
+    """True when the caller has no transaction open: one statement is then atomic alone."""
+    return connection.get_autocommit()
+
+
+def _db():
+    """The default connection itself: cheaper to use than the ``connection`` proxy."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
+_INSERT_SQL: dict[tuple, str] = {}
+
+
+def _insert_statement(obj, *, on_conflict: str = "") -> tuple[str, list]:
+    """A single-row INSERT of a model instance, prepared without the ORM's save().
+
+    NULL columns are left out (no column has a database default, so that is the
+    same row); the SQL is built once per model and set of columns, so the
+    statement text repeats and PostgreSQL can keep a plan for it.
+    """
+    db = _db()
+    meta = type(obj)._meta
+    columns: list[str] = []
+    values: list[Any] = []
+    for field in meta.concrete_fields:
+        value = field.get_db_prep_save(field.pre_save(obj, True), db)
+        if value is not None:
+            columns.append(field.column)
+            values.append(value)
+    cache_key = (db.vendor, meta.db_table, tuple(columns), on_conflict)
+    sql = _INSERT_SQL.get(cache_key)
+    if sql is None:
+        qn = db.ops.quote_name
+        sql = _INSERT_SQL[cache_key] = (
+            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}){on_conflict}"
+        )
+    return sql, values
+
+
+def _inserted(run: Run) -> None:
+    run._state.adding = False
+    run._state.db = DEFAULT_DB_ALIAS
+
+
 def insert_run(run: Run) -> bool:
     """Insert ``run`` unless that breaks a key constraint; return whether it was inserted.
 
@@ -57,21 +102,67 @@ def insert_run(run: Run) -> bool:
     that meets another transaction's uncommitted insert of the same key waits
     for it to commit (then does nothing) or roll back (then inserts).
     """
-    fields = Run._meta.concrete_fields
-    columns = ", ".join(_qn(f.column) for f in fields)
-    values = [f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields]
-    placeholders = ", ".join(["%s"] * len(fields))
-    sql = (
-        f"INSERT INTO {_qn(Run._meta.db_table)} ({columns}) VALUES ({placeholders}) "
-        f"ON CONFLICT DO NOTHING RETURNING {_qn('id')}"
-    )
+    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
     with connection.cursor() as cursor:
-        cursor.execute(sql, values)
+        cursor.execute(f"{sql} RETURNING {_qn('id')}", values)
         inserted = cursor.fetchone() is not None
     if inserted:
-        run._state.adding = False
-        run._state.db = connection.alias
+        _inserted(run)
     return inserted
+
+
+
+
+def insert_or_get_holder(run: Run) -> tuple[bool, Run | None]:
+    """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
+
+    On PostgreSQL this is one round trip: the INSERT, the NOTIFY that wakes an
+    idle worker (when the new run is due now; delivered at commit) and, when
+    the key is taken, the holder's row, in one statement. The holder is read
+    with the statement's snapshot, so a holder that committed while the INSERT
+    waited on it is not seen: the caller then asks ``get_holder``, as before.
+    Elsewhere it is ``insert_run`` then ``get_holder`` (and no NOTIFY exists).
+    Returns ``(inserted, holder)``; ``holder`` is None when inserted.
+    """
+    if not is_postgres():
+        if insert_run(run):
+            return True, None
+        return False, get_holder(run.workflow, run.key) if run.key is not None else None
+    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
+    notify = run.due_at is not None and run.due_at <= now()
+    table = _qn(Run._meta.db_table)
+    holder_columns = ", ".join(f"h.{_qn(c)}" for c in _HOLDER_COLUMNS)
+    nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
+    notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
+    statement = (
+        f"WITH new AS ({sql} RETURNING {_qn('id')}) "
+        f"SELECT true, {notify_sql}, new.{_qn('id')}, {nulls} FROM new "
+        f"UNION ALL SELECT false, false, {holder_columns} FROM {table} h "
+        f"WHERE h.{_qn('workflow')} = %s AND h.{_qn('key')} = %s AND h.{_qn('holds_key')} "
+        "AND NOT EXISTS (SELECT 1 FROM new)"
+    )
+    params = [*values]
+    if notify:
+        params += [conf.get("NOTIFY_CHANNEL"), run.queue]
+    params += [run.workflow, run.key]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False, None
+    if row[0]:
+        _inserted(run)
+        return True, None
+    holder = Run.from_db(DEFAULT_DB_ALIAS, _HOLDER_COLUMNS, _decode_holder(row[2:]))
+    return False, holder
+
+
+def _decode_holder(values: Sequence[Any]) -> list[Any]:
+    """The JSON ``input`` column arrives as text (Django loads jsonb itself)."""
+    values = list(values)
+    index = _HOLDER_COLUMNS.index("input")
+    values[index] = Run._meta.get_field("input").from_db_value(values[index], None, _db())
+    return values
 
 
 def create_run(run: Run) -> None:
@@ -89,6 +180,13 @@ HOLDER_FIELDS = (
     "debounce_deadline",
     "key",
     "holds_key",
+)
+
+
+# The holder columns insert_or_get_holder returns, in the model's field order
+# (which ``Model.from_db`` expects for a partial row).
+_HOLDER_COLUMNS = tuple(
+    f.attname for f in Run._meta.concrete_fields if f.attname in {*HOLDER_FIELDS, "queue"}
 )
 
 
@@ -217,7 +315,7 @@ def waiting_behind_finished() -> list[tuple[str, str]]:
 def record_activity(
     kind: str, *, run_id: uuid.UUID | None, workflow: str, key: str | None, details: dict
 ) -> None:
-    Activity.objects.create(
+    activity = Activity(
         kind=kind,
         run_id=run_id,
         workflow=workflow,
@@ -225,6 +323,10 @@ def record_activity(
         details={"key": key, "workflow": workflow, **details},
         created_at=now(),
     )
+    # A plain INSERT: no save() machinery (nothing listens to Activity's model signals).
+    sql, values = _insert_statement(activity)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
 
 
 def notify_due(queue: str) -> None:

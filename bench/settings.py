@@ -1,0 +1,37 @@
+"""Settings of the benchmark: PostgreSQL only, its own database (``BENCH_DB_NAME``)."""
+
+import os
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_durable",
+    "bench",
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("BENCH_DB_NAME", "bench_durable"),
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+        # Like most deployments: connections are not kept between requests. The
+        # worker must keep its own connection regardless.
+        "CONN_MAX_AGE": 0,
+    }
+}
+
+DURABLE = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "loggers": {"django_durable": {"level": "WARNING"}},
+}
