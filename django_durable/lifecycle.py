@@ -88,7 +88,10 @@ def promote_waiting(workflow_name: str, key: str) -> None:
             run_id=waiting.id,
             workflow=workflow_name,
             key=key,
-            details={"from_run_id": str(holder.id) if holder else None, "to_run_id": str(waiting.id)},
+            details={
+                "from_run_id": str(holder.id) if holder else None,
+                "to_run_id": str(waiting.id),
+            },
         )
         store.notify_due(waiting.queue)
         send_after_commit(
@@ -108,4 +111,3 @@ def sweep_waiting() -> int:
     for workflow_name, key in stuck:
         promote_waiting(workflow_name, key)
     return len(stuck)
-

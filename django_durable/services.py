@@ -92,7 +92,10 @@ def start(
     key: str | None = None,
     on_duplicate: str | tuple[str, str] | None = None,
 ) -> uuid.UUID:
-    """Start ``workflow`` with ``input``, at most once per ``key``; return the answering run's id."""
+    """Start ``workflow`` with ``input``, at most once per ``key``.
+
+    Returns the id of the run that answers: the new run, the holder, or the waiting run.
+    """
     return start_detailed(workflow, input, key=key, on_duplicate=on_duplicate).run_id
 
 
@@ -235,8 +238,14 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
         waiting_id = waiting.id
     else:
         behind = _new_run(
-            workflow, payload, key, holds_key=False, runs_after_id=holder.id, due_at=None,
-            timeout_at=None, **fields,
+            workflow,
+            payload,
+            key,
+            holds_key=False,
+            runs_after_id=holder.id,
+            due_at=None,
+            timeout_at=None,
+            **fields,
         )
         if not store.insert_run(behind):
             return None  # another start left its waiting run first: update that one
@@ -261,7 +270,10 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
     if "runs_after" in extra:
         details["runs_after"] = str(extra["runs_after"])
     store.record_activity(
-        Activity.Kind.KEY_DUPLICATE, run_id=holder.id, workflow=workflow.name, key=key,
+        Activity.Kind.KEY_DUPLICATE,
+        run_id=holder.id,
+        workflow=workflow.name,
+        key=key,
         details=details,
     )
     send_after_commit(
@@ -285,8 +297,12 @@ def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) ->
         details={"from_run_id": str(from_id), "to_run_id": str(to_id)},
     )
     send_after_commit(
-        signals.key_handoff, workflow, from_run_id=from_id, to_run_id=to_id,
-        workflow=workflow.name, key=key,
+        signals.key_handoff,
+        workflow,
+        from_run_id=from_id,
+        to_run_id=to_id,
+        workflow=workflow.name,
+        key=key,
     )
 
 
@@ -304,8 +320,9 @@ def get_run(run_id: uuid.UUID | str) -> Run:
     return Run.objects.get(id=run_id)
 
 
-def list_executions(key: str | None = None, workflow: str | type[Workflow] | None = None,
-                    status: str | None = None):
+def list_executions(
+    key: str | None = None, workflow: str | type[Workflow] | None = None, status: str | None = None
+):
     """Runs, newest first, filtered by key, workflow and status; each has ``holds_key``."""
     runs = Run.objects.all()
     if key is not None:
@@ -370,12 +387,19 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
             raise NoKey(f"run {run.id} holds no key")
         store.release_key(run.id, statuses=[run.status])
         store.record_activity(
-            Activity.Kind.KEY_RELEASED, run_id=run.id, workflow=run.workflow, key=run.key,
+            Activity.Kind.KEY_RELEASED,
+            run_id=run.id,
+            workflow=run.workflow,
+            key=run.key,
             details={"by": by},
         )
         send_after_commit(
-            signals.key_release, workflow_class(run.workflow), run_id=run.id,
-            workflow=run.workflow, key=run.key, by=by,
+            signals.key_release,
+            workflow_class(run.workflow),
+            run_id=run.id,
+            workflow=run.workflow,
+            key=run.key,
+            by=by,
         )
 
 
@@ -399,7 +423,9 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     run_finished(run)
 
 
-def send_event(run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False) -> None:
+def send_event(
+    run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False
+) -> None:
     """Send event ``name`` to a run. It must be waiting for it, unless ``buffer=True``
     keeps the event until the run waits for it."""
     _send(run_id, Event.Kind.EVENT, name, payload, keep=buffer)
