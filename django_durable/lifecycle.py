@@ -29,8 +29,7 @@ def workflow_class(name: str):
         return None
 
 
-def run_finished(run: Run) -> None:
-    """Announce a finished run and let the run waiting behind its key go on."""
+def announce_finished(run: Run) -> None:
     send_after_commit(
         signals.run_finished,
         workflow_class(run.workflow),
@@ -39,6 +38,11 @@ def run_finished(run: Run) -> None:
         key=run.key,
         status=run.status,
     )
+
+
+def run_finished(run: Run) -> None:
+    """Announce a finished run and let the run waiting behind its key go on."""
+    announce_finished(run)
     if run.key is not None:
         promote_waiting(run.workflow, run.key)
 

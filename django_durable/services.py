@@ -28,7 +28,7 @@ from .exceptions import (
     NotWaiting,
 )
 from .keys import Action
-from .lifecycle import run_finished, send_after_commit, workflow_class
+from .lifecycle import announce_finished, run_finished, send_after_commit, workflow_class
 from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
 
 MAX_CHANGES_OF_HANDS = 3
@@ -186,6 +186,8 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
                 "replaced_by": str(run.id),
             }
             if store.replace_holder(holder.id, error):
+                holder.status = Status.CANCELLED
+                announce_finished(holder)
                 _duplicate(workflow, key, holder, payload, "cancel_existing")
                 replaced, outcome_if_inserted = holder, "cancel_existing"
                 _cancel_children(holder.id)
