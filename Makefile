@@ -16,7 +16,8 @@ install: $(BIN)/python
 # The whole suite: lint, migrations in sync, then PostgreSQL and SQLite.
 test: install
 	bash scripts/ensure-postgres.sh
-	$(BIN)/ruff check django_durable tests example_project bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python manage.py makemigrations --check --dry-run django_durable
 	DURABLE_TEST_DB=postgres $(BIN)/pytest -n 2 $(PYTEST_ARGS)
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest -n 2 $(PYTEST_ARGS)

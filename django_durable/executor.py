@@ -5,6 +5,7 @@ through ``store``, fenced by the claim, and a finished run is handed to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from typing import Any
@@ -27,10 +28,11 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
 
 
 def _resume_waits(run: Run) -> list[Any]:
-    """The values of the current step's passed waits, resolving the one it suspended in."""
-    state = run.state or {}
-    waits = list(state.get("waits", []))
-    pending = state.get("pending")
+    """The values of the current step's passed waits, resolving the one it suspended in:
+    a sleep is over, and an event or input was received or its timeout passed."""
+    state = dict(run.state or {})
+    waits = list(state.pop("waits", []))
+    pending = state.pop("pending", None)
     if pending:
         if pending["kind"] == "sleep":
             waits.append(None)
@@ -38,6 +40,7 @@ def _resume_waits(run: Run) -> list[Any]:
             slot = event_slot(pending["kind"], pending["name"])
             received = state.get("received", {})
             waits.append(received[slot] if slot in received else pending.get("timeout_value"))
+    run.state = state
     return waits
 
 
@@ -65,10 +68,8 @@ def execute(run: Run) -> int:
             output = step(instance, ctx)
             check_json(output, f"the return value of step {step.name}")
         except Suspend as wait:
-            try:
+            with contextlib.suppress(store.LeaseLost):
                 store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
-            except store.LeaseLost:
-                pass
             return executed
         except Cancelled:
             _record_cancelled(run, step.name, started_at)
@@ -90,7 +91,11 @@ def execute(run: Run) -> int:
             else:
                 logger.info(
                     "run %s (%s) step %s failed, attempt %d at %s",
-                    run.id, run.workflow, step.name, run.attempt, retry_at,
+                    run.id,
+                    run.workflow,
+                    step.name,
+                    run.attempt,
+                    retry_at,
                 )
             return executed
 

@@ -29,8 +29,7 @@ def workflow_class(name: str):
         return None
 
 
-def run_finished(run: Run) -> None:
-    """Announce a finished run and let the run waiting behind its key go on."""
+def announce_finished(run: Run) -> None:
     send_after_commit(
         signals.run_finished,
         workflow_class(run.workflow),
@@ -39,6 +38,11 @@ def run_finished(run: Run) -> None:
         key=run.key,
         status=run.status,
     )
+
+
+def run_finished(run: Run) -> None:
+    """Announce a finished run and let the run waiting behind its key go on."""
+    announce_finished(run)
     if run.key is not None:
         promote_waiting(run.workflow, run.key)
 
@@ -88,7 +92,10 @@ def promote_waiting(workflow_name: str, key: str) -> None:
             run_id=waiting.id,
             workflow=workflow_name,
             key=key,
-            details={"from_run_id": str(holder.id) if holder else None, "to_run_id": str(waiting.id)},
+            details={
+                "from_run_id": str(holder.id) if holder else None,
+                "to_run_id": str(waiting.id),
+            },
         )
         store.notify_due(waiting.queue)
         send_after_commit(
@@ -108,4 +115,3 @@ def sweep_waiting() -> int:
     for workflow_name, key in stuck:
         promote_waiting(workflow_name, key)
     return len(stuck)
-

@@ -8,10 +8,9 @@ valid statuses, and keys of 1 to 255 bytes.
 import uuid
 
 from django.db import models
-from django.utils.timezone import now
 from django.db.models import Q
-
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
+from django.utils.timezone import now
 
 from .db_functions import OctetLength
 
@@ -28,9 +27,7 @@ class Status(models.TextChoices):
     COMPENSATION_FAILED = "compensation_failed"
 
 
-ACTIVE_STATUSES = frozenset(
-    {Status.PENDING, Status.RUNNING, Status.WAITING, Status.COMPENSATING}
-)
+ACTIVE_STATUSES = frozenset({Status.PENDING, Status.RUNNING, Status.WAITING, Status.COMPENSATING})
 FINISHED_STATUSES = frozenset(
     {
         Status.COMPLETED,
@@ -222,8 +219,9 @@ class StepAttempt(models.Model):
                 name="durable_step_completed_once",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["running", "completed", "failed", "suspended",
-                                        "cancelled", "lost"]),
+                condition=Q(
+                    status__in=["running", "completed", "failed", "suspended", "cancelled", "lost"]
+                ),
                 name="durable_step_attempt_status_valid",
             ),
         ]

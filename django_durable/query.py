@@ -15,9 +15,7 @@ def keys_queryset(workflow_name: str | None = None):
     runs = Run.objects.filter(key__isnull=False)
     if workflow_name is not None:
         runs = runs.filter(workflow=workflow_name)
-    holders = Run.objects.filter(
-        workflow=OuterRef("workflow"), key=OuterRef("key"), holds_key=True
-    )
+    holders = Run.objects.filter(workflow=OuterRef("workflow"), key=OuterRef("key"), holds_key=True)
     since = store.now() - timedelta(days=1)
     readds = (
         Activity.objects.filter(

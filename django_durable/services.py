@@ -28,7 +28,7 @@ from .exceptions import (
     NotWaiting,
 )
 from .keys import Action
-from .lifecycle import run_finished, send_after_commit, workflow_class
+from .lifecycle import announce_finished, run_finished, send_after_commit, workflow_class
 from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
 
 MAX_CHANGES_OF_HANDS = 3
@@ -92,7 +92,10 @@ def start(
     key: str | None = None,
     on_duplicate: str | tuple[str, str] | None = None,
 ) -> uuid.UUID:
-    """Start ``workflow`` with ``input``, at most once per ``key``; return the answering run's id."""
+    """Start ``workflow`` with ``input``, at most once per ``key``.
+
+    Returns the id of the run that answers: the new run, the holder, or the waiting run.
+    """
     return start_detailed(workflow, input, key=key, on_duplicate=on_duplicate).run_id
 
 
@@ -223,6 +226,8 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
                 "replaced_by": str(run.id),
             }
             if store.replace_holder(holder.id, error):
+                holder.status = Status.CANCELLED
+                announce_finished(holder)
                 _duplicate(workflow, key, holder, payload, "cancel_existing")
                 replaced, outcome_if_inserted = holder, "cancel_existing"
                 _cancel_children(holder.id)
@@ -275,8 +280,14 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
         waiting_id = waiting.id
     else:
         behind = _new_run(
-            workflow, payload, key, holds_key=False, runs_after_id=holder.id, due_at=None,
-            timeout_at=None, **fields,
+            workflow,
+            payload,
+            key,
+            holds_key=False,
+            runs_after_id=holder.id,
+            due_at=None,
+            timeout_at=None,
+            **fields,
         )
         if not store.insert_run(behind):
             return None  # another start left its waiting run first: update that one
@@ -301,7 +312,10 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
     if "runs_after" in extra:
         details["runs_after"] = str(extra["runs_after"])
     store.record_activity(
-        Activity.Kind.KEY_DUPLICATE, run_id=holder.id, workflow=workflow.name, key=key,
+        Activity.Kind.KEY_DUPLICATE,
+        run_id=holder.id,
+        workflow=workflow.name,
+        key=key,
         details=details,
     )
     send_after_commit(
@@ -325,8 +339,12 @@ def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) ->
         details={"from_run_id": str(from_id), "to_run_id": str(to_id)},
     )
     send_after_commit(
-        signals.key_handoff, workflow, from_run_id=from_id, to_run_id=to_id,
-        workflow=workflow.name, key=key,
+        signals.key_handoff,
+        workflow,
+        from_run_id=from_id,
+        to_run_id=to_id,
+        workflow=workflow.name,
+        key=key,
     )
 
 
@@ -344,8 +362,9 @@ def get_run(run_id: uuid.UUID | str) -> Run:
     return Run.objects.get(id=run_id)
 
 
-def list_executions(key: str | None = None, workflow: str | type[Workflow] | None = None,
-                    status: str | None = None):
+def list_executions(
+    key: str | None = None, workflow: str | type[Workflow] | None = None, status: str | None = None
+):
     """Runs, newest first, filtered by key, workflow and status; each has ``holds_key``."""
     runs = Run.objects.all()
     if key is not None:
@@ -410,12 +429,19 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
             raise NoKey(f"run {run.id} holds no key")
         store.release_key(run.id, statuses=[run.status])
         store.record_activity(
-            Activity.Kind.KEY_RELEASED, run_id=run.id, workflow=run.workflow, key=run.key,
+            Activity.Kind.KEY_RELEASED,
+            run_id=run.id,
+            workflow=run.workflow,
+            key=run.key,
             details={"by": by},
         )
         send_after_commit(
-            signals.key_release, workflow_class(run.workflow), run_id=run.id,
-            workflow=run.workflow, key=run.key, by=by,
+            signals.key_release,
+            workflow_class(run.workflow),
+            run_id=run.id,
+            workflow=run.workflow,
+            key=run.key,
+            by=by,
         )
 
 
@@ -439,7 +465,9 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     run_finished(run)
 
 
-def send_event(run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False) -> None:
+def send_event(
+    run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False
+) -> None:
     """Send event ``name`` to a run. It must be waiting for it, unless ``buffer=True``
     keeps the event until the run waits for it."""
     _send(run_id, Event.Kind.EVENT, name, payload, keep=buffer)

@@ -1,5 +1,7 @@
 """Workflows the test suite starts. Found by autodiscovery, like a project's own."""
 
+import threading
+
 import django_durable as durable
 from django_durable import Workflow, step
 
@@ -75,3 +77,129 @@ class Noop(Workflow):
     @step
     def two(self, ctx):
         return 2
+
+
+# --- waits and updates while a run is going --------------------------------------
+
+_gates: dict[str, threading.Event] = {}
+
+
+def gate(name):
+    """A threading.Event a test opens to let a blocked step go on."""
+    return _gates.setdefault(name, threading.Event())
+
+
+class Sleeper(Workflow):
+    @step
+    def nap(self, ctx):
+        # The step runs again from its start on resume: count how often it began.
+        effect(ctx, f"nap-{SideEffect.objects.filter(run_id=ctx.run_id).count()}")
+        ctx.sleep(durable.seconds(ctx.input.get("seconds", 1)))
+        return "rested"
+
+
+class WaitsForEvent(Workflow):
+    @step
+    def listen(self, ctx):
+        timeout = ctx.input.get("timeout")
+        return ctx.wait_for_event(
+            "go", timeout=durable.seconds(timeout) if timeout else None, timeout_value="timed out"
+        )
+
+
+class WaitsForApproval(Workflow):
+    @step
+    def ask(self, ctx):
+        approval = ctx.wait_for_input("approval", timeout=ctx.input.get("timeout"))
+        ctx.put("approval", approval)
+
+    @step
+    def act(self, ctx):
+        return {"approved_by": (ctx.get("approval") or {}).get("by")}
+
+
+class TwoWaits(Workflow):
+    """Two waits in one step: on each resume the passed waits return their values."""
+
+    @step
+    def both(self, ctx):
+        first = ctx.wait_for_event("first")
+        second = ctx.wait_for_event("second")
+        return [first, second]
+
+
+class BlocksThenWaits(Workflow):
+    """Blocks mid-step until the test opens its gate, then waits for an event."""
+
+    @step
+    def work(self, ctx):
+        gate(ctx.input["gate"]).wait(timeout=10)
+        return ctx.wait_for_event("article_updated", timeout=durable.seconds(30))
+
+
+class CatchUpArticle(Workflow):
+    """A later start's input reaches the running run as an event."""
+
+    reuse = "after_failure"
+    on_duplicate = ("send_event", "article_updated")
+
+    @step
+    def fetch(self, ctx):
+        ctx.put("rev", ctx.input.get("rev"))
+
+    @step
+    def catch_up(self, ctx):
+        update = ctx.wait_for_event(
+            "article_updated", timeout=durable.seconds(60), timeout_value=None
+        )
+        return {"first_rev": ctx.get("rev"), "update": update}
+
+
+class RebuildIndex(Workflow):
+    on_duplicate = "run_again"
+
+    @step
+    def rebuild(self, ctx):
+        effect(ctx, "rebuild", str(ctx.input.get("v")))
+        if ctx.input.get("fail"):
+            raise RuntimeError("rebuild failed")
+        return ctx.input.get("v")
+
+
+class RebuildOnce(Workflow):
+    """run_again under after_failure: a completed holder keeps the key."""
+
+    reuse = "after_failure"
+    on_duplicate = "run_again"
+    timeout = durable.minutes(10)
+
+    @step
+    def rebuild(self, ctx):
+        return ctx.input.get("v")
+
+
+class Replaceable(Workflow):
+    on_duplicate = "cancel_existing"
+    reuse = "never"
+
+    @step
+    def long(self, ctx):
+        effect(ctx, "long-start")
+        for _ in range(200):
+            if ctx.input.get("gate"):
+                gate(ctx.input["gate"]).wait(timeout=0.05)
+            ctx.heartbeat()
+        effect(ctx, "long-end")
+
+    @step
+    def after(self, ctx):
+        effect(ctx, "after")
+
+
+class IndexArticle(Workflow):
+    debounce = durable.Debounce(period=durable.seconds(1), timeout=durable.seconds(2))
+    timeout = durable.minutes(5)
+
+    @step
+    def index(self, ctx):
+        return ctx.input
