@@ -172,8 +172,12 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
         results.miss(LATENCY_METRICS, "manage.py durable_worker is not in this checkout")
         return
     worker = subprocess.Popen(
-        worker_command("--concurrency", "1"), cwd=ROOT, env=os.environ,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        worker_command("--concurrency", "1"),
+        cwd=ROOT,
+        env=os.environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         # One run first: the worker is up and idle once it has finished it.

@@ -68,9 +68,7 @@ def _cycle(db: str) -> None:
 def raw_cycle(db: str, n: int, connections: int) -> float:
     with connect(db) as conn:
         conn.execute("TRUNCATE raw_run")
-        conn.execute(
-            "INSERT INTO raw_run (due_at) SELECT now() FROM generate_series(1, %s)", (n,)
-        )
+        conn.execute("INSERT INTO raw_run (due_at) SELECT now() FROM generate_series(1, %s)", (n,))
         conn.execute("VACUUM ANALYZE raw_run")
     threads = [threading.Thread(target=_cycle, args=(db,)) for _ in range(connections)]
     with stopwatch() as elapsed:

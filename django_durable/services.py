@@ -140,7 +140,11 @@ def start_run(
                 _announce_new_run(workflow, run)
         return StartResult(run.id, "started")
 
-    answer = _start_keyed_alone(workflow, payload, key, policy, fields) if store.in_autocommit() else None
+    answer = (
+        _start_keyed_alone(workflow, payload, key, policy, fields)
+        if store.in_autocommit()
+        else None
+    )
     if answer is not None:
         result, taken_by = answer
     else:
@@ -151,7 +155,9 @@ def start_run(
     return result
 
 
-def _start_keyed_alone(workflow, payload, key, policy, fields) -> tuple[StartResult | None, Any] | None:
+def _start_keyed_alone(
+    workflow, payload, key, policy, fields
+) -> tuple[StartResult | None, Any] | None:
     """The common keyed starts of a caller in autocommit, without a transaction.
 
     A new key is one statement; a duplicate that its holder answers

@@ -111,8 +111,6 @@ def insert_run(run: Run) -> bool:
     return inserted
 
 
-
-
 def insert_or_get_holder(run: Run) -> tuple[bool, Run | None]:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 

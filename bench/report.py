@@ -1,0 +1,171 @@
+"""The results table: each metric with its ratio to raw PostgreSQL and to the best peer,
+and the targets of the benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUITE_METRICS = {
+    "raw": ["raw_insert", "raw_cycle_c1", "raw_cycle_c4"],
+    "django-durable": [
+        "start_new_key",
+        "start_duplicate",
+        "start_duplicate_error",
+        "start_handoff",
+        "worker_c1",
+        "worker_c4",
+        "worker1_c4",
+        "worker_c4_backlog",
+        "latency_p50_ms",
+        "latency_p99_ms",
+    ],
+    "procrastinate": [
+        "procrastinate_defer_lock",
+        "procrastinate_duplicate",
+        "procrastinate_worker_c4",
+        "procrastinate_latency_p50_ms",
+    ],
+    "pgqueuer": ["pgqueuer_enqueue_dedupe", "pgqueuer_duplicate", "pgqueuer_worker"],
+    "dbos": ["dbos_start", "dbos_worker"],
+}
+ORDER = [m for suite in SUITE_METRICS.values() for m in suite]
+OURS_AND_RAW = SUITE_METRICS["raw"] + SUITE_METRICS["django-durable"]
+
+# What each metric is compared with: the raw PostgreSQL equivalent, and the peers
+# doing the same job (the best of them is the one to beat).
+RAW = {
+    "start_new_key": "raw_insert",
+    "start_duplicate": "raw_insert",
+    "start_duplicate_error": "raw_insert",
+    "start_handoff": "raw_insert",
+    "worker_c1": "raw_cycle_c1",
+    "worker_c4": "raw_cycle_c4",
+    "worker1_c4": "raw_cycle_c4",
+    "worker_c4_backlog": "raw_cycle_c4",
+    "procrastinate_defer_lock": "raw_insert",
+    "procrastinate_duplicate": "raw_insert",
+    "procrastinate_worker_c4": "raw_cycle_c4",
+    "pgqueuer_enqueue_dedupe": "raw_insert",
+    "pgqueuer_duplicate": "raw_insert",
+    "pgqueuer_worker": "raw_cycle_c4",
+    "dbos_start": "raw_insert",
+    "dbos_worker": "raw_cycle_c4",
+}
+KEYED_STARTS = ["procrastinate_defer_lock", "pgqueuer_enqueue_dedupe", "dbos_start"]
+DUPLICATES = ["procrastinate_duplicate", "pgqueuer_duplicate"]
+WORKERS = ["procrastinate_worker_c4", "pgqueuer_worker", "dbos_worker"]
+PEERS = {
+    "start_new_key": KEYED_STARTS,
+    "start_duplicate": DUPLICATES,
+    "start_duplicate_error": DUPLICATES,
+    "worker_c4": WORKERS,
+    "worker1_c4": WORKERS,
+    "worker_c4_backlog": WORKERS,
+    "latency_p50_ms": ["procrastinate_latency_p50_ms"],
+}
+LOWER_IS_BETTER = {"latency_p50_ms", "latency_p99_ms", "procrastinate_latency_p50_ms"}
+
+# (metric, factor, compared with): metric >= factor x other; "ms" targets are limits.
+TARGETS = [
+    ("start_new_key", 0.6, "raw_insert"),
+    ("start_new_key", 1.0, "pgqueuer_enqueue_dedupe"),
+    ("start_duplicate", 0.5, "raw_insert"),
+    ("start_duplicate", 1.3, "procrastinate_duplicate"),
+    ("worker_c4", 0.5, "raw_cycle_c4"),
+    ("worker_c4", 1.5, "procrastinate_worker_c4"),
+    ("worker1_c4", 0.5, "pgqueuer_worker"),
+    ("worker_c4_backlog", 0.8, "worker_c4"),
+    ("latency_p50_ms", 5.0, "ms"),
+    ("latency_p99_ms", 20.0, "ms"),
+]
+
+
+def value(metrics: dict, name: str) -> float | None:
+    entry = metrics.get(name)
+    return entry["value"] if entry else None
+
+
+def best_peer(metrics: dict, name: str) -> tuple[str, float] | None:
+    candidates = [(p, value(metrics, p)) for p in PEERS.get(name, [])]
+    candidates = [(p, v) for p, v in candidates if v]
+    if not candidates:
+        return None
+    pick = min if name in LOWER_IS_BETTER else max
+    return pick(candidates, key=lambda c: c[1])
+
+
+def targets(metrics: dict) -> list[dict]:
+    rows = []
+    for name, factor, other in TARGETS:
+        mine = value(metrics, name)
+        if other == "ms":
+            met = None if mine is None else mine <= factor
+            rows.append({"target": f"{name} <= {factor:g} ms", "value": mine, "met": met})
+            continue
+        theirs = value(metrics, other)
+        ratio = mine / theirs if mine is not None and theirs else None
+        rows.append(
+            {
+                "target": f"{name} >= {factor:g} x {other}",
+                "ratio": None if ratio is None else round(ratio, 3),
+                "met": None if ratio is None else ratio >= factor,
+            }
+        )
+    return rows
+
+
+def _fmt(number: float | None, unit: str = "") -> str:
+    if number is None:
+        return "-"
+    text = f"{number:,.1f}" if number < 100 else f"{number:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def markdown(metrics: dict, missing: dict, target_rows: list[dict]) -> str:
+    lines = [
+        "| metric | value | vs raw | vs best peer |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for name in ORDER:
+        if name not in metrics:
+            if name in missing:
+                lines.append(f"| `{name}` | missing: {missing[name]} | | |")
+            continue
+        entry = metrics[name]
+        raw = value(metrics, RAW.get(name, ""))
+        vs_raw = f"{entry['value'] / raw:.2f}x" if raw and name in RAW else ""
+        peer = best_peer(metrics, name)
+        vs_peer = f"{entry['value'] / peer[1]:.2f}x `{peer[0]}`" if peer else ""
+        lines.append(f"| `{name}` | {_fmt(entry['value'], entry['unit'])} | {vs_raw} | {vs_peer} |")
+    lines += ["", "| target | measured | met |", "| --- | ---: | --- |"]
+    for row in target_rows:
+        measured = (
+            _fmt(row.get("value"), "ms")
+            if "value" in row
+            else ("-" if row["ratio"] is None else f"{row['ratio']:.2f}x")
+        )
+        met = {True: "yes", False: "**no**", None: "not measured"}[row["met"]]
+        lines.append(f"| {row['target']} | {measured} | {met} |")
+    return "\n".join(lines)
+
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def update_docs(path: Path, info: dict, table: str) -> None:
+    """Put the latest table between the markers of ``docs/benchmarks.md``."""
+    if not path.exists():
+        return
+    text = path.read_text()
+    if START not in text or END not in text:
+        return
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    versions = ", ".join(f"{k} {v}" for k, v in info["versions"].items() if v)
+    body = (
+        f"\nMeasured {info['date']} at commit `{info['commit']}`: N={info['n']}, "
+        f"median of {info['repeats']}; {info['cpus']} CPUs (load average "
+        f"{info['load_average_at_start'][0]} at the start), PostgreSQL {info['postgresql']}, "
+        f"Python {info['python']}, {versions}.\n\n{table}\n"
+    )
+    path.write_text(head + START + body + END + tail)

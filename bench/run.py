@@ -1,0 +1,210 @@
+"""Benchmarks of django-durable side by side with raw PostgreSQL and the peer libraries.
+
+    python bench/run.py              # N=5000, 3 repeats, medians; writes bench/results/latest.json
+    python bench/run.py --quick      # N=500, one repeat: the CI smoke test (asserts no speed)
+
+Every suite runs in its own process against its own throwaway database (dropped and
+created again). Repeats are interleaved (raw, ours, peers, raw, ours, peers...) so a
+load change on a shared machine touches every column alike: compare ratios, not
+absolute numbers. A peer that is not installed or fails is reported missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+from bench.common import connect, drop_database, recreate_database  # noqa: E402
+
+# (name, module, database, package that must be importable)
+SUITES = [
+    ("raw", "bench.raw_suite", "bench_raw", None),
+    ("django-durable", "bench.durable_suite", "bench_durable", None),
+    ("procrastinate", "bench.peer_procrastinate", "bench_procrastinate", "procrastinate"),
+    ("pgqueuer", "bench.peer_pgqueuer", "bench_pgqueuer", "pgqueuer"),
+    ("dbos", "bench.peer_dbos", "bench_dbos", "dbos"),
+]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, help="operations per measurement (default 5000)")
+    parser.add_argument("--repeats", type=int, help="repeats; the median is reported (default 3)")
+    parser.add_argument("--quick", action="store_true", help="N=500, one repeat, peers optional")
+    parser.add_argument("--no-peers", action="store_true", help="only raw PostgreSQL and ours")
+    parser.add_argument("--only", default="", help="comma-separated metric names")
+    parser.add_argument("--json", help="where to write the results")
+    parser.add_argument("--keep-databases", action="store_true")
+    args = parser.parse_args()
+    args.n = args.n or (500 if args.quick else 5000)
+    args.repeats = args.repeats or (1 if args.quick else 3)
+    default_json = "quick.json" if args.quick else "latest.json"
+    args.json = args.json or str(ROOT / "bench" / "results" / default_json)
+    return args
+
+
+def env(database: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DB_NAME": database,
+    }
+
+
+def prepare_durable(database: str) -> None:
+    recreate_database(database)
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
+        cwd=ROOT,
+        env=env(database),
+        check=True,
+    )
+
+
+def run_suite(module: str, database: str, args, timeout: float) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+        path = out.name
+    command = [
+        sys.executable,
+        "-m",
+        module,
+        "--n",
+        str(args.n),
+        "--repeats",
+        "1",
+        "--db",
+        database,
+        "--out",
+        path,
+    ]
+    if args.quick:
+        command.append("--quick")
+    if args.only:
+        command += ["--only", args.only]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env(database), timeout=timeout)
+        if done.returncode != 0:
+            return {"error": f"{module} exited {done.returncode}"}
+        with open(path) as fh:
+            return json.load(fh)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{module} ran longer than {timeout:.0f}s"}
+    finally:
+        os.unlink(path)
+
+
+def machine(args) -> dict:
+    with connect("postgres") as conn:
+        server = conn.execute("SHOW server_version").fetchone()[0]
+        sync = conn.execute("SHOW synchronous_commit").fetchone()[0]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    versions = {}
+    for package in ("django", "psycopg", "procrastinate", "pgqueuer", "dbos"):
+        try:
+            from importlib.metadata import version
+
+            versions[package] = version(package)
+        except Exception:
+            versions[package] = None
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "postgresql": server,
+        "synchronous_commit": sync,
+        "versions": versions,
+        "commit": commit,
+        "n": args.n,
+        "repeats": args.repeats,
+        "quick": args.quick,
+    }
+
+
+def main() -> int:
+    args = parse_args()
+    info = machine(args)
+    timeout = 600 if args.quick else 3600
+    merged: dict[str, dict] = {}
+    missing: dict[str, str] = {}
+    suites = []
+    for name, module, database, package in SUITES:
+        if package is not None and args.no_peers:
+            continue
+        if package is not None and importlib.util.find_spec(package) is None:
+            for metric in report.SUITE_METRICS[name]:
+                missing[metric] = f'{package} is not installed (pip install -e ".[bench]")'
+            continue
+        suites.append((name, module, database))
+    prepare_durable("bench_durable")
+    for repeat in range(args.repeats):
+        for name, module, database in suites:
+            print(f"== {name} (repeat {repeat + 1} of {args.repeats}, N={args.n})", flush=True)
+            result = run_suite(module, database, args, timeout)
+            if "error" in result:
+                for metric in report.SUITE_METRICS[name]:
+                    missing.setdefault(metric, result["error"])
+                continue
+            for metric, entry in result["metrics"].items():
+                merged.setdefault(metric, {"unit": entry["unit"], "runs": []})
+                merged[metric]["runs"] += entry["runs"]
+            for metric, reason in result["missing"].items():
+                missing.setdefault(metric, reason)
+    if not args.keep_databases:
+        for _name, _module, database in suites:
+            drop_database(database)
+    metrics = {}
+    for metric in report.ORDER:
+        if metric in merged:
+            entry = merged[metric]
+            metrics[metric] = {
+                "value": round(statistics.median(entry["runs"]), 3),
+                "unit": entry["unit"],
+                "runs": entry["runs"],
+            }
+    for metric in metrics:
+        missing.pop(metric, None)
+    targets = report.targets(metrics)
+    table = report.markdown(metrics, missing, targets)
+    print()
+    print(table)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.json, "w") as fh:
+        json.dump(
+            {"machine": info, "metrics": metrics, "missing": missing, "targets": targets},
+            fh,
+            indent=1,
+        )
+        fh.write("\n")
+    print(f"\nwrote {os.path.relpath(args.json, ROOT)}")
+    if not args.quick and not args.only:
+        report.update_docs(ROOT / "docs" / "benchmarks.md", info, table)
+    # The smoke test: every metric of ours and of raw PostgreSQL was measured.
+    ours_missing = [m for m in report.OURS_AND_RAW if m in missing]
+    if args.only:
+        ours_missing = [m for m in ours_missing if m in args.only.split(",")]
+    if ours_missing:
+        print(f"not measured: {', '.join(ours_missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
