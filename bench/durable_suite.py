@@ -147,7 +147,9 @@ def workers(results: Results, args, n: int) -> None:
         if wanted(args, name):
             results.measure(
                 [name],
-                lambda: results.add(name, run_worker_burst(workflow, n, concurrency), "runs/s"),
+                lambda name=name, workflow=workflow, concurrency=concurrency: results.add(
+                    name, run_worker_burst(workflow, n, concurrency), "runs/s"
+                ),
             )
     if wanted(args, "worker_c4_backlog"):
         enqueue("bench_backlog", BACKLOG, queue="backlog")
@@ -229,7 +231,7 @@ def main() -> None:
         truncate()
         results.measure(
             ["start_new_key", "start_duplicate", "start_duplicate_error", "start_handoff"],
-            lambda: starts(results, args, args.n, f"r{repeat}"),
+            lambda repeat=repeat: starts(results, args, args.n, f"r{repeat}"),
         )
         truncate()
         workers(results, args, args.n)

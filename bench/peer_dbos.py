@@ -131,7 +131,9 @@ def main() -> None:
                 conn.execute("TRUNCATE dbos.workflow_status CASCADE")
             results.measure(
                 ["dbos_start"],
-                lambda: results.add("dbos_start", starts(client, args.n, f"r{repeat}"), "ops/s"),
+                lambda repeat=repeat: results.add(
+                    "dbos_start", starts(client, args.n, f"r{repeat}"), "ops/s"
+                ),
             )
             if wanted(args, "dbos_worker"):
                 results.measure(

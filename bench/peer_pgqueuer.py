@@ -95,7 +95,7 @@ def main() -> None:
             if wanted(args, "pgqueuer_enqueue_dedupe", "pgqueuer_duplicate"):
                 results.measure(
                     ["pgqueuer_enqueue_dedupe", "pgqueuer_duplicate"],
-                    lambda: enqueues(results, args, queries, f"r{repeat}"),
+                    lambda repeat=repeat: enqueues(results, args, queries, f"r{repeat}"),
                 )
             if wanted(args, "pgqueuer_worker"):
                 truncate(args.db)

@@ -165,7 +165,7 @@ def main() -> None:
             if wanted(args, "procrastinate_defer_lock", "procrastinate_duplicate"):
                 results.measure(
                     ["procrastinate_defer_lock", "procrastinate_duplicate"],
-                    lambda: defers(results, args, app, f"r{repeat}"),
+                    lambda repeat=repeat: defers(results, args, app, f"r{repeat}"),
                 )
             if wanted(args, "procrastinate_worker_c4"):
                 results.measure(
@@ -178,7 +178,7 @@ def main() -> None:
                 count = 100 if args.quick else 500
                 results.measure(
                     ["procrastinate_latency_p50_ms"],
-                    lambda: results.add(
+                    lambda count=count: results.add(
                         "procrastinate_latency_p50_ms", latency(args.db, app, count), "ms"
                     ),
                 )

@@ -43,7 +43,7 @@ def raw_insert(db: str, n: int, tag: str) -> float:
         for i in range(n):
             conn.execute(
                 "INSERT INTO raw_run (key, holds_key, input, due_at) VALUES (%s, true, %s, now())",
-                (f"{tag}:{i}", '{"i": %d}' % i),
+                (f"{tag}:{i}", f'{{"i": {i}}}'),
             )
     return rate(n, elapsed())
 
@@ -57,7 +57,7 @@ def _cycle(db: str) -> None:
             for step in (1, 2):
                 conn.execute(
                     "UPDATE raw_run SET step_index = %s, context = %s WHERE id = %s",
-                    (step, '{"step": %d}' % step, row[0]),
+                    (step, f'{{"step": {step}}}', row[0]),
                 )
             conn.execute(
                 "UPDATE raw_run SET status = 'completed', finished_at = now() WHERE id = %s",
