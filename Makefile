@@ -21,6 +21,7 @@ test: install
 	$(BIN)/python manage.py makemigrations --check --dry-run django_durable
 	DURABLE_TEST_DB=postgres $(BIN)/pytest -n 2 $(PYTEST_ARGS)
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(MAKE) bench-quick
 
 test-postgres: install
 	bash scripts/ensure-postgres.sh
@@ -39,3 +40,14 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+# Benchmarks side by side with raw PostgreSQL and the peers (docs/benchmarks.md).
+# Peers are measured when installed: pip install -e ".[bench]".
+bench: install
+	bash scripts/ensure-postgres.sh
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The smoke test CI runs: N=500, one repeat; checks the benchmark works, asserts no speed.
+bench-quick: install
+	bash scripts/ensure-postgres.sh
+	$(BIN)/python bench/run.py --quick $(BENCH_ARGS)

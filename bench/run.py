@@ -197,7 +197,10 @@ def main() -> int:
     if not args.quick and not args.only:
         report.update_docs(ROOT / "docs" / "benchmarks.md", info, table)
     # The smoke test: every metric of ours and of raw PostgreSQL was measured.
-    ours_missing = [m for m in report.OURS_AND_RAW if m in missing]
+    # A checkout without the worker command cannot measure the worker: said, not failed.
+    ours_missing = [
+        m for m in report.OURS_AND_RAW if m in missing and "not in this checkout" not in missing[m]
+    ]
     if args.only:
         ours_missing = [m for m in ours_missing if m in args.only.split(",")]
     if ours_missing:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -60,6 +60,34 @@ def _db():
 
 
 _INSERT_SQL: dict[tuple, str] = {}
+_PLAIN_FIELDS = (
+    models.CharField,
+    models.BooleanField,
+    models.IntegerField,
+    models.PositiveIntegerField,
+    models.BigIntegerField,
+    models.BigAutoField,
+)
+_FIELD_PLANS: dict[tuple, list] = {}
+
+
+def _field_plan(meta, db) -> list[tuple[Any, str, str, bool]]:
+    """Per model: (field, attname, column, plain) where ``plain`` fields are sent as they
+    are (their ``get_db_prep_save`` returns a valid value unchanged)."""
+    cache_key = (db.vendor, meta.label)
+    plan = _FIELD_PLANS.get(cache_key)
+    if plan is None:
+        native_uuid = db.features.has_native_uuid_field
+        plan = _FIELD_PLANS[cache_key] = [
+            (
+                field,
+                field.attname,
+                field.column,
+                type(field) in _PLAIN_FIELDS or (type(field) is models.UUIDField and native_uuid),
+            )
+            for field in meta.concrete_fields
+        ]
+    return plan
 
 
 def _insert_statement(obj, *, on_conflict: str = "") -> tuple[str, list]:
@@ -73,10 +101,13 @@ def _insert_statement(obj, *, on_conflict: str = "") -> tuple[str, list]:
     meta = type(obj)._meta
     columns: list[str] = []
     values: list[Any] = []
-    for field in meta.concrete_fields:
-        value = field.get_db_prep_save(field.pre_save(obj, True), db)
+    for field, attname, column, plain in _field_plan(meta, db):
+        if plain:
+            value = getattr(obj, attname)
+        else:
+            value = field.get_db_prep_save(field.pre_save(obj, True), db)
         if value is not None:
-            columns.append(field.column)
+            columns.append(column)
             values.append(value)
     cache_key = (db.vendor, meta.db_table, tuple(columns), on_conflict)
     sql = _INSERT_SQL.get(cache_key)
@@ -128,17 +159,19 @@ def insert_or_get_holder(run: Run) -> tuple[bool, Run | None]:
         return False, get_holder(run.workflow, run.key) if run.key is not None else None
     sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
     notify = run.due_at is not None and run.due_at <= now()
-    table = _qn(Run._meta.db_table)
-    holder_columns = ", ".join(f"h.{_qn(c)}" for c in _HOLDER_COLUMNS)
-    nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
-    notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
-    statement = (
-        f"WITH new AS ({sql} RETURNING {_qn('id')}) "
-        f"SELECT true, {notify_sql}, new.{_qn('id')}, {nulls} FROM new "
-        f"UNION ALL SELECT false, false, {holder_columns} FROM {table} h "
-        f"WHERE h.{_qn('workflow')} = %s AND h.{_qn('key')} = %s AND h.{_qn('holds_key')} "
-        "AND NOT EXISTS (SELECT 1 FROM new)"
-    )
+    statement = _INSERT_OR_HOLDER_SQL.get((sql, notify))
+    if statement is None:
+        table = _qn(Run._meta.db_table)
+        holder_columns = ", ".join(f"h.{_qn(c)}" for c in _HOLDER_COLUMNS)
+        nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
+        notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
+        statement = _INSERT_OR_HOLDER_SQL[(sql, notify)] = (
+            f"WITH new AS ({sql} RETURNING {_qn('id')}) "
+            f"SELECT true, {notify_sql}, new.{_qn('id')}, {nulls} FROM new "
+            f"UNION ALL SELECT false, false, {holder_columns} FROM {table} h "
+            f"WHERE h.{_qn('workflow')} = %s AND h.{_qn('key')} = %s AND h.{_qn('holds_key')} "
+            "AND NOT EXISTS (SELECT 1 FROM new)"
+        )
     params = [*values]
     if notify:
         params += [conf.get("NOTIFY_CHANNEL"), run.queue]
@@ -153,6 +186,9 @@ def insert_or_get_holder(run: Run) -> tuple[bool, Run | None]:
         return True, None
     holder = Run.from_db(DEFAULT_DB_ALIAS, _HOLDER_COLUMNS, _decode_holder(row[2:]))
     return False, holder
+
+
+_INSERT_OR_HOLDER_SQL: dict[tuple[str, bool], str] = {}
 
 
 def _decode_holder(values: Sequence[Any]) -> list[Any]:
