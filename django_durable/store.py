@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -682,10 +682,10 @@ def next_due_at(queues: Sequence[str] | None) -> datetime | None:
 def reset_connection_after_error() -> None:
     """Drop this thread's connection if an error left it unusable (only after errors:
     a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says)."""
-    try:
-        connection.close_if_unusable_or_obsolete()
-    except DatabaseError:
-        connection.close()
+    if connection.in_atomic_block or connection.connection is None:
+        return  # no connection yet, or the caller's transaction decides
+    if not connection.is_usable():
+        connection.close()  # the next query reconnects
 
 
 def open_listener(channel: str, alias: str = "default"):

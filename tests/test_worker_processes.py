@@ -74,9 +74,7 @@ def test_500_runs_across_3_workers_each_complete_exactly_once(workers):
     assert not WorkerNode.objects.exists()  # each unregistered on its clean stop
 
 
-def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(
-    workers, tmp_path
-):
+def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(workers, tmp_path):
     doomed = workers.start("--worker-id", "doomed", **SHORT_LEASE)
     run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)}, key="blocking:1")
     wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
@@ -123,7 +121,10 @@ def test_sigterm_finishes_the_current_step_hands_back_the_rest_and_exits_0(worke
 
     run = Run.objects.get(id=run_id)
     assert (run.status, run.step_index, run.worker_id, run.holds_key) == (
-        "pending", 1, None, True,
+        "pending",
+        1,
+        None,
+        True,
     )
     assert effects(run_id) == ["first"]
     assert "handed back" in worker.output()
