@@ -66,6 +66,7 @@ class Maintenance:
                 ", ".join(str(run_id) for run_id in recovered[:10]),
             )
             self.worker.wake()
+            self._chore("announcing recovered runs", lambda: store.notify_runs_due(recovered))
         self._chore("moving on runs waiting behind finished holders", lifecycle.sweep_waiting)
         self._chore(
             "forgetting dead workers",

@@ -491,7 +491,11 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
     """
     slot = f"{kind}:{name}"
     with transaction.atomic():
-        run = Run.objects.select_for_update().only("id", "status", "waiting_for", "state").get(id=run_id)
+        run = (
+            Run.objects.select_for_update()
+            .only("id", "status", "waiting_for", "state", "queue")
+            .get(id=run_id)
+        )
         received = (run.state or {}).get("received", {})
         if run.status == Status.WAITING and run.waiting_for == slot and slot not in received:
             state = dict(run.state or {})
@@ -503,6 +507,7 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
                 run_id=run_id, kind=kind, name=name, payload=payload, created_at=now(),
                 delivered_at=now(),
             )
+            notify_due(run.queue)  # wake an idle worker for the resumed run
             return "delivered"
         if keep and run.status not in FINISHED_STATUSES:
             Event.objects.create(run_id=run_id, kind=kind, name=name, payload=payload, created_at=now())
@@ -669,6 +674,15 @@ def renew_leases(
         return set()
     kept = set(still.values_list("id", flat=True))
     return {run_id for run_id, _fence in owned} - kept
+
+
+def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
+    """NOTIFY once per queue of ``run_ids`` (runs handed back or recovered just now)."""
+    if not run_ids or not is_postgres():
+        return
+    queues = Run.objects.filter(id__in=list(run_ids)).values_list("queue", flat=True)
+    for queue in set(queues):
+        notify_due(queue)
 
 
 def next_due_at(queues: Sequence[str] | None) -> datetime | None:

@@ -374,6 +374,7 @@ class Worker:
         """The run is still claimed in memory: hand it back, or say who has it now."""
         try:
             if store.hand_back(held.run):
+                store.notify_runs_due([held.run.id])
                 return "handed back"
             status = store.current_status(held.run.id)
         except DatabaseError as exc:
@@ -458,7 +459,8 @@ class Worker:
 
     def _hand_back_quietly(self, held: Held) -> None:
         try:
-            store.hand_back(held.run)
+            if store.hand_back(held.run):
+                store.notify_runs_due([held.run.id])
         except DatabaseError as exc:
             logger.warning(
                 "could not hand back run %s (%s); its lease will expire", held.run.id, exc

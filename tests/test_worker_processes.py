@@ -13,6 +13,7 @@ from tests.testapp.models import SideEffect
 from tests.testapp.workflows import (
     Noop,
     ProcessArticle,
+    WorkerAwaitsEvent,
     WorkerBlocking,
     WorkerHeartbeating,
     WorkerUnaware,
@@ -210,6 +211,16 @@ def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(workers):
     run_id = durable.start(Noop)
     wait_until(lambda: status_of(run_id) == "completed", 2, "the run, well before 10 s")
     assert time.monotonic() - started < 2
+
+    # An event that resumes a waiting run wakes it up the same way.
+    waiting = durable.start(WorkerAwaitsEvent)
+    wait_until(lambda: status_of(waiting) == "waiting", 5, "the run to wait")
+    time.sleep(0.5)
+    started = time.monotonic()
+    durable.send_event(waiting, "go", "now")
+    wait_until(lambda: status_of(waiting) == "completed", 2, "the resumed run")
+    assert time.monotonic() - started < 2
+    assert effects(waiting) == ["got"]
     worker.send(signal.SIGTERM)
     assert worker.wait(30) == 0
 

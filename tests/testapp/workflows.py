@@ -176,3 +176,13 @@ class WorkerSleeper(Workflow):
     @step
     def wake(self, ctx):
         effect(ctx, "wake")
+
+
+class WorkerAwaitsEvent(Workflow):
+    """Waits for the event "go"; its worker is free meanwhile."""
+
+    name = "worker_awaits_event"
+
+    @step
+    def wait(self, ctx):
+        effect(ctx, "got", str(ctx.wait_for_event("go")))
