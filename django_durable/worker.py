@@ -116,6 +116,7 @@ class Worker:
         for warning in checks.sqlite_concurrency_warning(self.concurrency, connection.vendor):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
+        connection.close()  # this thread only waits from here on; the others have their own
         restore = self._install_signal_handlers() if install_signal_handlers else None
         threads = [
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
