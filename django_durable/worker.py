@@ -359,7 +359,7 @@ class Worker:
                 steps = executor.execute(
                     run, should_stop=lambda: self._stopping.is_set() or run.lease_lost
                 )
-        except Exception:
+        except BaseException:  # even SystemExit from a step must not end this thread
             logger.exception("run %s (%s): executing it failed", run.id, run.workflow)
             store.reset_connection_after_error()
         outcome = run.status

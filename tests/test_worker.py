@@ -11,6 +11,8 @@ from importlib.machinery import ModuleSpec
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable import executor, store
@@ -246,8 +248,6 @@ def test_a_burst_worker_runs_everything_due_on_its_threads_and_returns_0(caplog)
     messages = [r.getMessage() for r in caplog.records if r.name == "django_durable.worker"]
     assert sum("started: step 0" in m for m in messages) == 12
     assert sum(" completed after 2 step(s)" in m for m in messages) == 12
-    from django.db import connection
-
     if connection.vendor == "sqlite":
         assert any("django_durable.W001" in m for m in messages)
 
@@ -269,3 +269,19 @@ def test_a_timer_is_picked_up_when_due_not_at_the_next_poll():
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["default", "mail"]])
+def test_the_claim_and_the_idle_look_ahead_use_the_claim_index(queues):
+    durable.start(Noop)
+    with CaptureQueriesContext(connection) as captured:
+        Worker(queues=queues).claim_batch(4)
+        store.next_due_at(queues)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for query in captured.captured_queries:
+            cursor.execute("EXPLAIN " + query["sql"])
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "durable_run_claim" in plan, plan
