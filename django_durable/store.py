@@ -502,6 +502,63 @@ def _state_between_steps(state: dict | None) -> dict:
     return {"received": received} if received else {}
 
 
+_RECORD_SQL: dict[tuple, str] = {}
+
+
+def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAttempt) -> bool:
+    """The fenced update of a run this worker owns and, only if it still owns it, the
+    insert of the attempt; False (nothing written) when the run is no longer its own.
+
+    On PostgreSQL, for a caller in autocommit (a worker thread), this is one
+    statement and one round trip, atomic on its own: the UPDATE in a CTE, the
+    INSERT selecting from it. Otherwise it is the UPDATE then the INSERT in a
+    transaction (a savepoint inside the caller's).
+    """
+    if not (is_postgres() and in_autocommit()):
+        with transaction.atomic():
+            if not _owned(run).update(**changes):
+                return False
+            attempt.save(force_insert=True)
+            return True
+    db = _db()
+    meta = Run._meta
+    fields = [meta.get_field(name) for name in changes]
+    params = [
+        field.get_db_prep_save(value, db)
+        for field, value in zip(fields, changes.values(), strict=True)
+    ]
+    params += [run.id, run.fence, Status.RUNNING]
+    attempt_fields = [
+        (field, value)
+        for field, _attname, _column, _plain in _field_plan(StepAttempt._meta, db)
+        if (value := field.get_db_prep_save(field.pre_save(attempt, True), db)) is not None
+    ]
+    params += [value for _field, value in attempt_fields]
+    cache_key = (tuple(changes), tuple(f.column for f, _v in attempt_fields))
+    sql = _RECORD_SQL.get(cache_key)
+    if sql is None:
+        qn = db.ops.quote_name
+        sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+        # Explicit casts: a SELECT list does not take its types from the target columns.
+        values = ", ".join(f"%s::{f.db_type(db)}" for f, _v in attempt_fields)
+        columns = ", ".join(qn(f.column) for f, _v in attempt_fields)
+        sql = _RECORD_SQL[cache_key] = (
+            f"WITH owned AS (UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn('id')} = %s "
+            f"AND {qn('fence')} = %s AND {qn('status')} = %s RETURNING {qn('id')}) "
+            f"INSERT INTO {qn(StepAttempt._meta.db_table)} ({columns}) "
+            f"SELECT {values} FROM owned RETURNING {qn('id')}"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    attempt.id = row[0]
+    attempt._state.adding = False
+    attempt._state.db = DEFAULT_DB_ALIAS
+    return True
+
+
 def record_step_completed(
     run: Run,
     step_name: str,
@@ -527,12 +584,9 @@ def record_step_completed(
             due_at=None,
             lease_expires_at=None,
         )
-    with transaction.atomic():
-        if not _owned(run).update(**changes):
-            raise LeaseLost(run.id)
-        _attempt(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output).save(
-            force_insert=True
-        )
+    attempt = _attempt(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output)
+    if not _update_owned_and_record(run, changes, attempt):
+        raise LeaseLost(run.id)
     for name, value in changes.items():
         setattr(run, name, value)
 
@@ -564,12 +618,9 @@ def record_step_failed(
             "lease_expires_at": None,
             "state": _state_between_steps(run.state),
         }
-    with transaction.atomic():
-        if not _owned(run).update(**changes):
-            raise LeaseLost(run.id)
-        _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error).save(
-            force_insert=True
-        )
+    attempt = _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error)
+    if not _update_owned_and_record(run, changes, attempt):
+        raise LeaseLost(run.id)
     for name, value in changes.items():
         setattr(run, name, value)
 
