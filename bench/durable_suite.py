@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -173,12 +174,14 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
     if not worker_available():
         results.miss(LATENCY_METRICS, "manage.py durable_worker is not in this checkout")
         return
+    # The worker's log goes to a file: a pipe nobody reads would fill and block it.
+    log = tempfile.TemporaryFile(mode="w+")
     worker = subprocess.Popen(
         worker_command("--concurrency", "1"),
         cwd=ROOT,
         env=os.environ,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
     )
     try:
@@ -187,7 +190,8 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
         deadline = time.monotonic() + 30
         while Run.objects.filter(id=warm, status="completed").count() == 0:
             if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the worker did not start: {worker.stderr.read()[-500:]}")
+                log.seek(0)
+                raise RuntimeError(f"the worker did not start: {log.read()[-500:]}")
             time.sleep(0.05)
         time.sleep(0.5)
         ids = []
@@ -219,6 +223,7 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
+        log.close()
     results.add("latency_p50_ms", percentile(waits, 50), "ms")
     results.add("latency_p99_ms", percentile(waits, 99), "ms")
 

@@ -1,0 +1,101 @@
+"""Round trips of the hot paths, pinned (docs/benchmarks.md lists them). Speed itself is
+measured by bench/run.py, never asserted here.
+
+Each statement is recorded with whether it ran inside a transaction: a start by a
+caller in autocommit needs none, so it also costs no BEGIN and no COMMIT.
+"""
+
+import pytest
+from django.db import connection, transaction
+
+import django_durable as durable
+from django_durable.models import Activity, Run, StepAttempt
+from tests.helpers import pick_up, run_claimed
+from tests.testapp.workflows import Noop, SyncAccount
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+class Statements:
+    """Every statement run on the default connection, with ``in_atomic_block`` at the time."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, bool]] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.seen.append((sql, connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    @property
+    def in_transaction(self) -> bool:
+        return any(atomic for _sql, atomic in self.seen)
+
+
+def record(fn):
+    statements = Statements()
+    with connection.execute_wrapper(statements):
+        result = fn()
+    return result, statements
+
+
+def test_start_of_a_new_key_is_one_statement_without_a_transaction():
+    run_id, statements = record(lambda: durable.start(SyncAccount, {"n": 1}, key="acct:1"))
+    assert len(statements.seen) == 1
+    assert not statements.in_transaction
+    run = Run.objects.get(id=run_id)
+    assert (run.holds_key, run.status, run.input) == (True, "pending", {"n": 1})
+
+
+def test_start_without_a_key_is_one_statement():
+    _run_id, statements = record(lambda: durable.start(Noop))
+    assert len(statements.seen) == 1
+    assert not statements.in_transaction
+
+
+@pytest.mark.parametrize("on_duplicate", ["use_existing", "error"])
+def test_duplicate_is_two_statements_holder_lookup_and_activity(on_duplicate):
+    holder = durable.start(SyncAccount, {"n": 1}, key="acct:2")
+
+    def duplicate():
+        try:
+            return durable.start(SyncAccount, {"n": 2}, key="acct:2", on_duplicate=on_duplicate)
+        except durable.KeyTaken as exc:
+            return exc.holder_id
+
+    answer, statements = record(duplicate)
+    assert answer == holder
+    assert len(statements.seen) == 2
+    assert not statements.in_transaction
+    assert Run.objects.filter(key="acct:2").count() == 1
+    activity = Activity.objects.get(kind="key_duplicate")
+    assert activity.run_id == holder
+    assert activity.details["outcome"] == on_duplicate
+    assert activity.details["input_changed"] is True
+
+
+def test_start_inside_a_transaction_is_one_statement_in_a_savepoint():
+    with transaction.atomic():
+        _run_id, statements = record(lambda: durable.start(SyncAccount, key="acct:3"))
+    sql = [text.split()[0] for text, _atomic in statements.seen]
+    # The savepoint keeps the caller's transaction usable whatever the start meets.
+    assert sql == ["SAVEPOINT", "WITH", "RELEASE"]
+    assert statements.in_transaction
+
+
+def test_each_step_is_recorded_in_one_statement():
+    run_id = durable.start(Noop)
+    run = pick_up(run_id)
+    _steps, statements = record(lambda: run_claimed(run))
+    assert len(statements.seen) == 2  # two steps, the last also completes the run
+    assert not statements.in_transaction
+    assert Run.objects.get(id=run_id).status == "completed"
+    assert StepAttempt.objects.filter(run_id=run_id, status="completed").count() == 2
+
+
+def test_a_step_of_a_run_taken_over_records_nothing():
+    run_id = durable.start(Noop)
+    run = pick_up(run_id)
+    Run.objects.filter(id=run_id).update(fence=run.fence + 1)  # another worker claimed it
+    run_claimed(run)
+    assert StepAttempt.objects.filter(run_id=run_id).count() == 0
+    assert Run.objects.get(id=run_id).step_index == 0
