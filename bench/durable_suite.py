@@ -175,7 +175,13 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
         results.miss(LATENCY_METRICS, "manage.py durable_worker is not in this checkout")
         return
     # The worker's log goes to a file: a pipe nobody reads would fill and block it.
-    log = tempfile.TemporaryFile(mode="w+")
+    with tempfile.TemporaryFile(mode="w+") as log:
+        waits = _latencies(count, per_second, log)
+    results.add("latency_p50_ms", percentile(waits, 50), "ms")
+    results.add("latency_p99_ms", percentile(waits, 99), "ms")
+
+
+def _latencies(count: int, per_second: float, log) -> list[float]:
     worker = subprocess.Popen(
         worker_command("--concurrency", "1"),
         cwd=ROOT,
@@ -223,9 +229,7 @@ def latency(results: Results, args, count: int, per_second: float = 50.0) -> Non
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-        log.close()
-    results.add("latency_p50_ms", percentile(waits, 50), "ms")
-    results.add("latency_p99_ms", percentile(waits, 99), "ms")
+    return waits
 
 
 def main() -> None:
