@@ -113,7 +113,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             store.record_step_completed(run, step.name, started_at, output, last=last)
         except store.LeaseLost:
             return executed
-    logger.info("run %s (%s) completed", run.id, run.workflow)
+    logger.debug("run %s (%s) completed", run.id, run.workflow)
     _finished(run)
     return executed
 

@@ -447,11 +447,42 @@ def claim(
         f"{_qn('lease_expires_at')} = %s, {_qn('fence')} = {_qn('fence')} + 1, "
         f"{_qn('started_at')} = COALESCE({_qn('started_at')}, %s) "
         f"WHERE {_qn('id')} IN (SELECT {_qn('id')} FROM {table} WHERE {' AND '.join(where)} "
-        f"ORDER BY {_qn('due_at')} LIMIT %s{lock}) RETURNING *"
+        f"ORDER BY {_qn('due_at')} LIMIT %s{lock}) RETURNING {_run_columns()}"
     )
-    runs = list(Run.objects.raw(sql, [*params, *inner_params, limit]))
+    if is_postgres():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *inner_params, limit])
+            runs = [_run_from_row(row) for row in cursor.fetchall()]
+    else:  # SQLite needs the backend's datetime converters: let the ORM apply them
+        runs = list(Run.objects.raw(sql, [*params, *inner_params, limit]))
     runs.sort(key=lambda r: (r.due_at, r.created_at))
     return runs
+
+
+def _run_columns() -> str:
+    return ", ".join(_qn(f.column) for f in Run._meta.concrete_fields)
+
+
+def _run_from_row(row: Sequence[Any]) -> Run:
+    """A whole ``Run`` from a row of ``_run_columns()`` on PostgreSQL, converted as the
+    ORM would (JSON columns arrive as text), without a RawQuerySet per claim."""
+    db = _db()
+    values = [
+        field.from_db_value(value, None, db) if convert and value is not None else value
+        for (field, convert), value in zip(_run_converters(), row, strict=True)
+    ]
+    return Run.from_db(DEFAULT_DB_ALIAS, None, values)
+
+
+_CONVERTERS: list[tuple[Any, bool]] = []
+
+
+def _run_converters() -> list[tuple[Any, bool]]:
+    if not _CONVERTERS:
+        _CONVERTERS.extend(
+            (field, hasattr(field, "from_db_value")) for field in Run._meta.concrete_fields
+        )
+    return _CONVERTERS
 
 
 def renew_lease(run: Run, lease: timedelta) -> None:
