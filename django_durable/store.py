@@ -74,7 +74,8 @@ _FIELD_PLANS: dict[tuple, list] = {}
 
 def _field_plan(meta, db) -> list[tuple[Any, str, str, bool]]:
     """Per model: (field, attname, column, plain) where ``plain`` fields are sent as they
-    are (their ``get_db_prep_save`` returns a valid value unchanged)."""
+    are (their ``get_db_prep_save`` returns a valid value unchanged). No field here
+    has a ``pre_save`` that fills a None (no ``auto_now``), so None stays NULL."""
     cache_key = (db.vendor, meta.label)
     plan = _FIELD_PLANS.get(cache_key)
     if plan is None:
@@ -103,9 +104,8 @@ def _insert_statement(obj, *, on_conflict: str = "") -> tuple[str, list]:
     columns: list[str] = []
     values: list[Any] = []
     for field, attname, column, plain in _field_plan(meta, db):
-        if plain:
-            value = getattr(obj, attname)
-        else:
+        value = getattr(obj, attname)
+        if value is not None and not plain:
             value = field.get_db_prep_save(field.pre_save(obj, True), db)
         if value is not None:
             columns.append(column)
