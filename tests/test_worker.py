@@ -1,6 +1,7 @@
 """The Worker in this process: claim batching, leases and fences, hand-back,
 maintenance, timers, and the command's arguments."""
 
+import logging
 import sys
 import threading
 import time
@@ -235,6 +236,19 @@ def test_bad_worker_arguments_are_refused():
 def test_the_command_refuses_bad_options(args):
     with pytest.raises(CommandError):
         call_command("durable_worker", *args)
+
+
+@pytest.mark.django_db
+def test_the_command_refuses_the_id_of_a_live_worker():
+    registered(Worker(worker_id="busy"))
+    package = logging.getLogger("django_durable")
+    handlers, level = list(package.handlers), package.level
+    try:
+        with pytest.raises(CommandError, match="busy"):
+            call_command("durable_worker", "--worker-id", "busy")
+    finally:
+        package.handlers[:] = handlers
+        package.setLevel(level)
 
 
 @pytest.mark.django_db(transaction=True)
