@@ -1,5 +1,6 @@
-import pytest
 from django.db import connection
+
+from tests.helpers import define  # noqa: F401  (a fixture for every test module)
 
 
 def pytest_collection_modifyitems(config, items):

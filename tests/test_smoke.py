@@ -1,8 +1,8 @@
 import pytest
 
 import django_durable as durable
-from django_durable.testing import drain
 from django_durable.models import Run
+from django_durable.testing import drain
 from tests.testapp.workflows import ProcessArticle
 
 

@@ -12,3 +12,6 @@ class SideEffect(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run_id", "step"], name="testapp_effect_once")
         ]
+
+    def __str__(self):
+        return f"{self.step} of {self.run_id}"
