@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from . import conf
 from .models import (
+    ACTIVE_STATUSES,
     CLAIMABLE_STATUSES,
     FINISHED_STATUSES,
     Activity,
@@ -569,9 +570,15 @@ def recover_expired_leases() -> list[uuid.UUID]:
 
 
 def prunable(before: datetime):
-    """Finished runs that finished before ``before`` (children only with their parent)."""
-    return Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before).filter(
-        Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES)
+    """Finished runs that finished before ``before`` (children only with their parent).
+
+    Deleting a run cascades to its children, so a run with a child still going
+    is kept until the child finishes.
+    """
+    return (
+        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before)
+        .filter(Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES))
+        .exclude(children__status__in=ACTIVE_STATUSES)
     )
 
 

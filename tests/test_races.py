@@ -100,3 +100,27 @@ def test_a_racing_start_under_repeatable_read_gets_a_serialization_error(isolati
     # Nothing of the failed start remains, and retrying the transaction answers.
     assert list(Run.objects.values_list("id", flat=True)) == [holder]
     assert DbThread(start_in, isolation).outcome_after_start() == holder
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sixteen_threads_racing_to_take_a_finished_holders_key_hand_it_off_once():
+    from django_durable.testing import drain
+
+    old = durable.start("sync_account", {}, key="account:7")
+    drain()
+    barrier = threading.Barrier(RACERS)
+
+    def racer(n):
+        barrier.wait(30)
+        return durable.start_detailed("sync_account", {"racer": n}, key="account:7")
+
+    threads = [DbThread(racer, n) for n in range(RACERS)]
+    for thread in threads:
+        thread.start()
+    results = [thread.outcome(60) for thread in threads]
+
+    [new] = {result.run_id for result in results}
+    assert new != old
+    assert sorted(r.outcome for r in results) == ["handed_off"] + ["use_existing"] * 15
+    assert list(Run.objects.filter(holds_key=True).values_list("id", flat=True)) == [new]
+    assert Activity.objects.filter(kind="key_handed_off").count() == 1
