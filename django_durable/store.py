@@ -593,8 +593,9 @@ def prune_runs(before: datetime, batch_size: int) -> int:
         with transaction.atomic():
             Run.objects.filter(id__in=ids).update(runs_after=None)
             Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
-            deleted, _ = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
-        total += len(ids)
+            _, deleted = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
+        # Count what was deleted, children removed with their parent included.
+        total += deleted.get(Run._meta.label, 0)
         if len(ids) < batch_size:
             return total
 

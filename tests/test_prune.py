@@ -161,3 +161,15 @@ def test_prune_never_deletes_an_active_child_with_its_finished_parent():
     Run.objects.filter(id=child.id).update(status=Status.COMPLETED, finished_at=old)
     assert durable.prune() == 2
     assert not Run.objects.exists()
+
+
+def test_prune_counts_children_deleted_with_their_parent(settings):
+    """A batch that deletes a parent also deletes its children (cascade): they count."""
+    settings.DURABLE = {"PRUNE_BATCH_SIZE": 1}
+    old = timezone.now() - 40 * DAY
+    parent = RunFactory(status=Status.COMPLETED, finished_at=old, created_at=old)
+    RunFactory.create_batch(
+        3, status=Status.COMPLETED, parent=parent, finished_at=old, created_at=old
+    )
+    assert durable.prune() == 4
+    assert not Run.objects.exists()
