@@ -179,3 +179,46 @@ def test_activity_rows_outlive_their_runs():
     drain()
     durable.prune(older_than=timedelta(0))
     assert Activity.objects.filter(run_id=holder).exists()
+
+
+def test_list_keys_shows_each_key_with_its_holder_and_readds():
+    from django_durable.query import list_keys
+
+    old = durable.start("sync_account", {}, key="account:7")
+    drain()
+    holder = durable.start("sync_account", {}, key="account:7")
+    durable.start("sync_account", {}, key="account:7")  # a re-add
+    invoice = durable.start("send_invoice", {}, key="invoice:1")
+    drain()
+    durable.release_key(invoice)
+    durable.start("sync_account", {})  # no key: not listed
+
+    assert list_keys() == [
+        {
+            "workflow": "send_invoice",
+            "key": "invoice:1",
+            "runs": 1,
+            "holder_id": None,
+            "holder_status": None,
+            "readds_last_day": 0,
+        },
+        {
+            "workflow": "sync_account",
+            "key": "account:7",
+            "runs": 2,
+            "holder_id": holder,
+            "holder_status": "completed",
+            "readds_last_day": 1,
+        },
+    ]
+    assert [row["key"] for row in list_keys("send_invoice")] == ["invoice:1"]
+    assert old not in {row["holder_id"] for row in list_keys()}
+
+
+def test_key_taken_survives_pickling():
+    import pickle
+    import uuid
+
+    holder = uuid.uuid4()
+    again = pickle.loads(pickle.dumps(durable.KeyTaken(holder, "held")))
+    assert (again.holder_id, str(again)) == (holder, "held")
