@@ -123,7 +123,7 @@ class DbThread(threading.Thread):
         return self.result
 
 
-def wait_until_blocked_on_lock(thread: DbThread, timeout: float = 10) -> None:
+def wait_until_blocked_on_lock(thread: DbThread, timeout: float = 30) -> None:
     """Wait until ``thread``'s PostgreSQL backend waits for a lock held by another
     transaction (what an insert of a key another open transaction inserted does)."""
     assert thread.connected.wait(timeout)

@@ -158,3 +158,23 @@ def test_unregister_forgets_a_workflow(forget):
     registry.unregister("temporary")
     with pytest.raises(LookupError):
         registry.get("temporary")
+
+
+@pytest.mark.parametrize(
+    "policy, stored",
+    [
+        ("use_existing", "use_existing"),
+        ("error", "error"),
+        ("cancel_existing", "cancel_existing"),
+        ("run_again", "run_again"),
+        (("send_event", "updated"), ("send_event", "updated")),
+        (["send_event", "updated"], ("send_event", "updated")),
+    ],
+)
+@pytest.mark.parametrize("reuse", ["after_close", "after_failure"])
+def test_every_documented_policy_is_accepted(forget, policy, stored, reuse):
+    cls = type(
+        "Accepted", (Workflow,), {"work": step(one_step), "on_duplicate": policy, "reuse": reuse}
+    )
+    forget(cls.name)
+    assert (cls.reuse, cls.on_duplicate) == (reuse, stored)
