@@ -201,3 +201,40 @@ def test_a_duplicate_start_does_not_execute_anything():
     assert durable.start("process_article", {"id": 1}, key="article:1") == run_id
     assert drain() == 0
     assert SideEffect.objects.filter(run_id=run_id, step="fetch").count() == 1
+
+
+def cancels_itself(self, ctx):
+    SideEffect.objects.create(run_id=ctx.run_id, step="before cancel")
+    durable.cancel(ctx.run_id, reason="from inside")
+    ctx.heartbeat()  # a cancelled run's step stops here
+    SideEffect.objects.create(run_id=ctx.run_id, step="after cancel")
+
+
+def test_a_cancelled_run_stops_at_its_next_heartbeat(define):
+    workflow = define(
+        "cancelling",
+        first=step(cancels_itself),
+        second=step(lambda self, ctx: SideEffect.objects.create(run_id=ctx.run_id, step="2")),
+    )
+    run_id = durable.start(workflow, {}, key="job:1")
+    assert drain() == 1
+    run = durable.get_run(run_id)
+    assert (run.status, run.holds_key, run.error["reason"]) == (
+        Status.CANCELLED,
+        True,
+        "from inside",
+    )
+    assert list(SideEffect.objects.values_list("step", flat=True)) == ["before cancel"]
+    assert attempts(run_id) == [("cancels_itself", 1, "cancelled")]
+
+
+def test_a_run_past_its_timeout_fails_and_keeps_its_key(define):
+    import time
+
+    workflow = define("timed", timeout=timedelta(milliseconds=1))
+    run_id = durable.start(workflow, {}, key="job:1")
+    time.sleep(0.01)  # real time passes the run's timeout before a worker gets to it
+    assert drain() == 0
+    run = durable.get_run(run_id)
+    assert (run.status, run.error["type"], run.holds_key) == (Status.FAILED, "Timeout", True)
+    assert not StepAttempt.objects.filter(run_id=run_id).exists()
