@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from . import conf
 from .models import (
+    ACTIVE_STATUSES,
     CLAIMABLE_STATUSES,
     FINISHED_STATUSES,
     Activity,
@@ -607,9 +608,15 @@ def recover_expired_leases() -> list[uuid.UUID]:
 
 
 def prunable(before: datetime):
-    """Finished runs that finished before ``before`` (children only with their parent)."""
-    return Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before).filter(
-        Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES)
+    """Finished runs that finished before ``before`` (children only with their parent).
+
+    Deleting a run cascades to its children, so a run with a child still going
+    is kept until the child finishes.
+    """
+    return (
+        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before)
+        .filter(Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES))
+        .exclude(children__status__in=ACTIVE_STATUSES)
     )
 
 
@@ -624,8 +631,9 @@ def prune_runs(before: datetime, batch_size: int) -> int:
         with transaction.atomic():
             Run.objects.filter(id__in=ids).update(runs_after=None)
             Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
-            deleted, _ = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
-        total += len(ids)
+            _, deleted = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
+        # Count what was deleted, children removed with their parent included.
+        total += deleted.get(Run._meta.label, 0)
         if len(ids) < batch_size:
             return total
 
