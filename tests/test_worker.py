@@ -12,6 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
@@ -263,6 +264,25 @@ def test_a_burst_worker_runs_everything_due_on_its_threads_and_returns_0(caplog)
     assert sum(" completed after 2 step(s)" in m for m in messages) == 12
     if connection.vendor == "sqlite":
         assert any("django_durable.W001" in m for m in messages)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_thread_keeps_one_connection_for_all_its_runs():
+    # CONN_MAX_AGE is 0 in the test settings: still no reconnect per run.
+    opened = []
+
+    def count(sender, connection, **kwargs):
+        opened.append(threading.current_thread().name)
+
+    run_ids = [durable.start(Noop) for _ in range(30)]
+    connection_created.connect(count)
+    try:
+        assert Worker(concurrency=2, burst=True).run(install_signal_handlers=False) == 0
+    finally:
+        connection_created.disconnect(count)
+    assert Run.objects.filter(id__in=run_ids, status="completed").count() == 30
+    assert sorted(set(opened)) == sorted(opened)  # no thread connected twice
+    assert {"durable-slot-0", "durable-slot-1"} <= set(opened)
 
 
 @pytest.mark.django_db(transaction=True)
