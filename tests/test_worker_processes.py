@@ -195,7 +195,7 @@ def test_the_worker_heartbeat_notices_a_cancel_and_no_later_step_runs(workers, t
     wait_until((tmp_path / "unaware-started").exists, 60, "the step to start")
 
     durable.cancel(run_id)
-    worker.wait_for_output("was cancelled or taken over")
+    worker.wait_for_output("was cancelled; its step stops")
     (tmp_path / "release").touch()
     worker.wait_for_output("stopped: it is cancelled now")
     assert effects(run_id) == ["first"]  # the step in progress ends; "second" never runs
