@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from . import conf
 from .models import (
+    ACTIVE_STATUSES,
     CLAIMABLE_STATUSES,
     FINISHED_STATUSES,
     Activity,
@@ -825,9 +826,15 @@ def recover_expired_leases() -> list[uuid.UUID]:
 
 
 def prunable(before: datetime):
-    """Finished runs that finished before ``before`` (children only with their parent)."""
-    return Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before).filter(
-        Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES)
+    """Finished runs that finished before ``before`` (children only with their parent).
+
+    Deleting a run cascades to its children, so a run with a child still going
+    is kept until the child finishes.
+    """
+    return (
+        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before)
+        .filter(Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES))
+        .exclude(children__status__in=ACTIVE_STATUSES)
     )
 
 
@@ -842,8 +849,9 @@ def prune_runs(before: datetime, batch_size: int) -> int:
         with transaction.atomic():
             Run.objects.filter(id__in=ids).update(runs_after=None)
             Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
-            deleted, _ = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
-        total += len(ids)
+            _, deleted = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
+        # Count what was deleted, children removed with their parent included.
+        total += deleted.get(Run._meta.label, 0)
         if len(ids) < batch_size:
             return total
 
@@ -860,7 +868,6 @@ def prune_activity(before: datetime, batch_size: int) -> int:
         total += len(ids)
 
 
-
 # --- worker ---------------------------------------------------------------------
 # Registration of worker processes, lease renewal for the runs a worker holds,
 # the next due time (so an idle worker wakes for timers), and the dedicated
@@ -868,7 +875,12 @@ def prune_activity(before: datetime, batch_size: int) -> int:
 
 
 def register_worker(
-    worker_id: str, *, hostname: str, pid: int, queues: list[str], concurrency: int,
+    worker_id: str,
+    *,
+    hostname: str,
+    pid: int,
+    queues: list[str],
+    concurrency: int,
     stale_before: datetime,
 ) -> bool:
     """Record a live worker; False when a worker with this id heartbeated after ``stale_before``
@@ -908,14 +920,15 @@ def forget_dead_workers(before: datetime) -> int:
 
 def renew_leases(
     worker_id: str, owned: Sequence[tuple[uuid.UUID, int]], lease: timedelta
-) -> set[uuid.UUID]:
+) -> dict[uuid.UUID, tuple[str, int] | None]:
     """Extend the leases of the runs a worker executes, each fenced by its claim.
 
-    Returns the ids it no longer owns (cancelled, recovered by another worker,
-    finished). One statement when nothing was lost, two otherwise.
+    Returns the runs it no longer owns, each with its current ``(status, fence)``
+    (None if deleted): cancelled, recovered by another worker, or just finished.
+    One statement when nothing was lost, two otherwise.
     """
     if not owned:
-        return set()
+        return {}
     claims = Q()
     for run_id, fence in owned:
         claims |= Q(id=run_id, fence=fence)
@@ -923,9 +936,16 @@ def renew_leases(
         claims, worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
     )
     if still.update(lease_expires_at=now() + lease) == len(owned):
-        return set()
+        return {}
     kept = set(still.values_list("id", flat=True))
-    return {run_id for run_id, _fence in owned} - kept
+    lost = {run_id for run_id, _fence in owned} - kept
+    found = {
+        run_id: (status, fence)
+        for run_id, status, fence in Run.objects.filter(id__in=lost).values_list(
+            "id", "status", "fence"
+        )
+    }
+    return {run_id: found.get(run_id) for run_id in lost}
 
 
 def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:

@@ -1,5 +1,7 @@
 from django.db import connection
 
+from tests.helpers import define  # noqa: F401  (a fixture for every test module)
+
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``postgres`` need PostgreSQL itself (row locks, LISTEN/NOTIFY,

@@ -191,19 +191,6 @@ class Replaceable(Workflow):
             ctx.heartbeat()
         effect(ctx, "long-end")
 
-    @step
-    def after(self, ctx):
-        effect(ctx, "after")
-
-
-class IndexArticle(Workflow):
-    debounce = durable.Debounce(period=durable.seconds(1), timeout=durable.seconds(2))
-    timeout = durable.minutes(5)
-
-    @step
-    def index(self, ctx):
-        return ctx.input
-
 
 # --- worker tests (tests/test_worker_*.py) -------------------------------------
 # Steps that block on files in ``ctx.input["dir"]`` let a test act while a worker
@@ -273,6 +260,15 @@ class WorkerHeartbeating(Workflow):
     @step
     def after(self, ctx):
         effect(ctx, "after")
+
+
+class IndexArticle(Workflow):
+    debounce = durable.Debounce(period=durable.seconds(1), timeout=durable.seconds(2))
+    timeout = durable.minutes(5)
+
+    @step
+    def index(self, ctx):
+        return ctx.input
 
 
 class WorkerUnaware(Workflow):
