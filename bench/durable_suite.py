@@ -28,7 +28,7 @@ from bench.workflows import BenchKeyed  # noqa: E402
 from django_durable.models import Run, StepAttempt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_METRICS = ["worker_c1", "worker_c4", "worker1_c4", "worker_c4_backlog"]
+WORKER_METRICS = ["worker_c1", "worker_c4", "worker1_c4", "worker_c4_logged", "worker_c4_backlog"]
 LATENCY_METRICS = ["latency_p50_ms", "latency_p99_ms"]
 BACKLOG = 50_000
 
@@ -88,8 +88,17 @@ def worker_available() -> bool:
     return (ROOT / "django_durable/management/commands/durable_worker.py").exists()
 
 
-def worker_command(*extra: str) -> list[str]:
-    return [sys.executable, str(ROOT / "manage.py"), "durable_worker", *extra]
+def worker_command(*extra: str, verbosity: int = 0) -> list[str]:
+    """The worker as a project runs it. ``-v 0`` (warnings only) by default, as the peers'
+    workers run here: none of them logs per job unless logging is configured."""
+    return [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "durable_worker",
+        "-v",
+        str(verbosity),
+        *extra,
+    ]
 
 
 def enqueue(workflow: str, n: int, queue: str = "default") -> None:
@@ -108,11 +117,13 @@ def enqueue(workflow: str, n: int, queue: str = "default") -> None:
         cursor.execute("ANALYZE durable_run")
 
 
-def run_worker_burst(workflow: str, n: int, concurrency: int, queues: str | None = None) -> float:
+def run_worker_burst(
+    workflow: str, n: int, concurrency: int, queues: str | None = None, verbosity: int = 0
+) -> float:
     """Run ``n`` runs of ``workflow`` through one burst worker; runs/s from the first
     claim to the last completion, both read from the database."""
     enqueue(workflow, n)
-    command = worker_command("--concurrency", str(concurrency), "--burst")
+    command = worker_command("--concurrency", str(concurrency), "--burst", verbosity=verbosity)
     if queues:
         command += ["--queues", queues]
     started = time.monotonic()
@@ -152,6 +163,16 @@ def workers(results: Results, args, n: int) -> None:
                     name, run_worker_burst(workflow, n, concurrency), "runs/s"
                 ),
             )
+    if wanted(args, "worker_c4_logged"):
+        # The same as worker_c4 at the command's default verbosity: two INFO lines per run.
+        results.measure(
+            ["worker_c4_logged"],
+            lambda: results.add(
+                "worker_c4_logged",
+                run_worker_burst("bench_two_steps", n, 4, verbosity=1),
+                "runs/s",
+            ),
+        )
     if wanted(args, "worker_c4_backlog"):
         enqueue("bench_backlog", BACKLOG, queue="backlog")
         try:

@@ -15,6 +15,7 @@ SUITE_METRICS = {
         "worker_c1",
         "worker_c4",
         "worker1_c4",
+        "worker_c4_logged",
         "worker_c4_backlog",
         "latency_p50_ms",
         "latency_p99_ms",
@@ -41,6 +42,7 @@ RAW = {
     "worker_c1": "raw_cycle_c1",
     "worker_c4": "raw_cycle_c4",
     "worker1_c4": "raw_cycle_c4",
+    "worker_c4_logged": "raw_cycle_c4",
     "worker_c4_backlog": "raw_cycle_c4",
     "procrastinate_defer_lock": "raw_insert",
     "procrastinate_duplicate": "raw_insert",
@@ -60,6 +62,7 @@ PEERS = {
     "start_duplicate_error": DUPLICATES,
     "worker_c4": WORKERS,
     "worker1_c4": WORKERS,
+    "worker_c4_logged": WORKERS,
     "worker_c4_backlog": WORKERS,
     "latency_p50_ms": ["procrastinate_latency_p50_ms"],
 }
