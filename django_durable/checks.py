@@ -104,9 +104,9 @@ def sqlite_transaction_warnings(databases: dict) -> list[Warning]:
                 Warning(
                     f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
                     hint=(
-                        'Set DATABASES["%s"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                        f'Set DATABASES["{alias}"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
                         '(and "timeout": 30) so django-durable\'s short transactions wait '
-                        "for each other instead of failing with 'database is locked'." % alias
+                        "for each other instead of failing with 'database is locked'."
                     ),
                     id="django_durable.W002",
                 )
