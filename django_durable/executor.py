@@ -9,7 +9,7 @@ import logging
 import traceback
 from typing import Any
 
-from . import store
+from . import children, compensation, store
 from .context import Context, Suspend, check_json, event_slot
 from .definition import Workflow, registry
 from .exceptions import Cancelled
@@ -48,27 +48,35 @@ def execute(run: Run) -> int:
     except LookupError as exc:
         return _fail_outside_steps(run, describe_error(exc))
 
+    if run.status == Status.COMPENSATING:
+        return compensation.compensate(workflow, run)
     instance: Workflow = workflow()
     waits = _resume_waits(run)
     executed = 0
     while run.step_index < len(workflow.steps):
         if run.timeout_at is not None and store.now() >= run.timeout_at:
-            return executed + _fail_outside_steps(
-                run,
-                {"type": "Timeout", "message": f"the run passed its timeout ({workflow.timeout})"},
-            )
+            timeout_error = {
+                "type": "Timeout", "message": f"the run passed its timeout ({workflow.timeout})"
+            }
+            if to_undo := compensation.pending_for(workflow, run):
+                return executed + compensation.begin(workflow, run, to_undo, timeout_error)
+            return executed + _fail_outside_steps(run, timeout_error)
         step = workflow.steps[run.step_index]
         ctx = Context(run, waits=waits)
         started_at = store.now()
         executed += 1
         try:
-            output = step(instance, ctx)
+            with children.current_step(ctx):
+                output = step(instance, ctx)
             check_json(output, f"the return value of step {step.name}")
         except Suspend as wait:
             try:
                 store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
             except store.LeaseLost:
                 pass
+            else:
+                if wait.kind == "children":
+                    children.after_suspend(run.id)
             return executed
         except Cancelled:
             _record_cancelled(run, step.name, started_at)
@@ -80,6 +88,10 @@ def execute(run: Run) -> int:
             retry_at = None
             if run.attempt <= step.retries:
                 retry_at = store.now() + step.delay_before(run.attempt + 1)
+            elif to_undo := compensation.pending_for(workflow, run):
+                return executed + compensation.begin(
+                    workflow, run, to_undo, error, step_name=step.name, started_at=started_at
+                )
             try:
                 store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
             except store.LeaseLost:

@@ -75,3 +75,5 @@ class Noop(Workflow):
     @step
     def two(self, ctx):
         return 2
+
+from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
