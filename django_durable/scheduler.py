@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from . import keys, store
+from . import keys, retention, store
 from .cron import check_cron, check_timezone, next_fire
 from .definition import Cron, Workflow, registry
 from .exceptions import KeyTaken
@@ -157,7 +157,8 @@ _synced = False
 def fire_due(limit: int = BATCH) -> int:
     """Fire every schedule whose tick has come; return how many ticks fired.
 
-    Safe to call from many workers at once: each tick fires exactly once.
+    Safe to call from many workers at once: each tick fires exactly once. Also
+    prunes when ``DURABLE["PRUNE_INTERVAL"]`` is set (see ``retention``).
     """
     global _synced
     if not _synced:
@@ -171,7 +172,9 @@ def fire_due(limit: int = BATCH) -> int:
             for sched in due:
                 fired += _fire_tick(sched, at)
         if len(due) < limit:
-            return fired
+            break
+    retention.prune_if_due()
+    return fired
 
 
 def _fire_tick(sched: Schedule, at) -> int:
