@@ -524,6 +524,8 @@ def record_attempt_cancelled(run: Run, step_name: str, started_at: datetime) -> 
 
 def hand_back(run: Run) -> bool:
     """Return a claimed run to ``pending`` so another worker takes it (shutdown)."""
+    if run.status == Status.COMPENSATING:
+        return hand_back_compensating(run)
     return bool(
         _owned(run).update(
             status=Status.PENDING, worker_id=None, lease_expires_at=None, due_at=now()
@@ -713,6 +715,13 @@ def begin_compensating(
             )
     for name, value in changes.items():
         setattr(run, name, value)
+
+
+def hand_back_compensating(run: Run) -> bool:
+    """A compensating run goes back to no worker, due now, still compensating."""
+    return bool(
+        _owned_compensating(run).update(worker_id=None, lease_expires_at=None, due_at=now())
+    )
 
 
 def record_compensation_completed(

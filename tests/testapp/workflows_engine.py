@@ -168,3 +168,23 @@ class Tick(Workflow):
     @step
     def tick(self, ctx):
         return "tick"
+
+
+class HangingUndo(Workflow):
+    """Its compensation hangs the first time (the test kills the worker there)."""
+
+    @step(compensate="undo")
+    def book(self, ctx):
+        return "booked"
+
+    @step
+    def fail(self, ctx):
+        raise RuntimeError("payment refused")
+
+    def undo(self, ctx):
+        import time
+
+        if not SideEffect.objects.filter(run_id=ctx.run_id, step="undo-started").exists():
+            effect(ctx, "undo-started")
+            time.sleep(600)
+        effect(ctx, "undo-finished")
