@@ -83,8 +83,13 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
             try:
                 with transaction.atomic():
                     return Schedule.objects.create(
-                        name=name, workflow=workflow_name, cron=cron, key=key, input=payload,
-                        timezone=timezone, declared=declared,
+                        name=name,
+                        workflow=workflow_name,
+                        cron=cron,
+                        key=key,
+                        input=payload,
+                        timezone=timezone,
+                        declared=declared,
                         next_fire_at=next_fire(cron, timezone, store.now()),
                     )
             except IntegrityError:
@@ -96,8 +101,15 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
         if timing_changed or (existing.enabled and existing.next_fire_at is None):
             existing.next_fire_at = next_fire(cron, timezone, store.now())
         existing.save(
-            update_fields=["workflow", "key", "input", "cron", "timezone", "declared",
-                           "next_fire_at"]
+            update_fields=[
+                "workflow",
+                "key",
+                "input",
+                "cron",
+                "timezone",
+                "declared",
+                "next_fire_at",
+            ]
         )
         return existing
 
@@ -134,8 +146,13 @@ def sync_declared() -> int:
     declared = declared_schedules()
     for name, (workflow, cron) in declared.items():
         _upsert(
-            name, workflow.name, cron.cron, keys.validate_key(cron.key), dict(cron.input or {}),
-            cron.timezone, declared=True,
+            name,
+            workflow.name,
+            cron.cron,
+            keys.validate_key(cron.key),
+            dict(cron.input or {}),
+            cron.timezone,
+            declared=True,
         )
     Schedule.objects.filter(declared=True).exclude(name__in=list(declared)).delete()
     return len(declared)
@@ -207,7 +224,10 @@ def _fire(sched: Schedule, tick) -> tuple[uuid.UUID | None, bool]:
         with transaction.atomic():
             try:
                 result = start_run(
-                    workflow, dict(sched.input or {}), sched.key, workflow.on_duplicate,
+                    workflow,
+                    dict(sched.input or {}),
+                    sched.key,
+                    workflow.on_duplicate,
                     state=marker,
                 )
             except KeyTaken:

@@ -263,8 +263,9 @@ def test_a_lost_wake_is_repaired_by_the_sweep():
     drain()
     [child] = children_of(run_id)
     # The child finishes without waking its parent (as if the worker died in between).
-    Run.objects.filter(id=child.id).update(status="completed", result="rested",
-                                           finished_at=store.now(), due_at=None)
+    Run.objects.filter(id=child.id).update(
+        status="completed", result="rested", finished_at=store.now(), due_at=None
+    )
     assert durable.get_run(run_id).status == "waiting"
     lifecycle.sweep_waiting()
     assert durable.get_run(run_id).status == "pending"

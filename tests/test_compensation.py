@@ -14,7 +14,9 @@ pytestmark = pytest.mark.django_db
 
 
 def effects(run_id):
-    return list(SideEffect.objects.filter(run_id=run_id).order_by("id").values_list("step", flat=True))
+    return list(
+        SideEffect.objects.filter(run_id=run_id).order_by("id").values_list("step", flat=True)
+    )
 
 
 def compensation_attempts(run_id):
@@ -32,8 +34,13 @@ def test_completed_steps_are_undone_newest_first():
     assert run.status == "compensated"
     # charge failed twice (retries=1); hotel then flight undone; notify has no undo.
     assert effects(run_id) == [
-        "book_flight", "notify", "book_hotel", "charge-1", "charge-2",
-        "cancel_hotel-1", "cancel_flight-1",
+        "book_flight",
+        "notify",
+        "book_hotel",
+        "charge-1",
+        "charge-2",
+        "cancel_hotel-1",
+        "cancel_flight-1",
     ]
     assert compensation_attempts(run_id) == [
         ("cancel_hotel", 2, 1, "completed"),

@@ -103,7 +103,8 @@ def test_pruning_goes_in_batches(settings):
     with CaptureQueriesContext(connection) as queries:
         assert durable.prune() == 5
     run_deletes = [
-        q["sql"] for q in queries.captured_queries
+        q["sql"]
+        for q in queries.captured_queries
         if q["sql"].startswith("DELETE") and '"durable_run"' in q["sql"]
     ]
     assert len(run_deletes) == 3  # 2 + 2 + 1, each in its own short transaction

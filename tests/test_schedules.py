@@ -149,7 +149,9 @@ def test_disabled_schedules_do_not_fire_and_enable_moves_to_the_next_tick():
 
 def test_a_fire_that_cannot_start_counts_as_a_failure():
     Schedule.objects.create(
-        name="broken", workflow="vanished", cron="* * * * *",
+        name="broken",
+        workflow="vanished",
+        cron="* * * * *",
         next_fire_at=store.now() - timedelta(seconds=1),
     )
     assert scheduler.fire_due() == 1

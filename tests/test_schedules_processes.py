@@ -46,7 +46,11 @@ def test_each_tick_fires_exactly_once_across_three_processes():
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", FIRING_LOOP, "6"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(3)
     ]

@@ -54,9 +54,9 @@ class BookTrip(Workflow):
 
     def _undo(self, ctx, name):
         effect(ctx, f"{name}-{ctx.attempt}")
-        if ctx.input.get("fail_undo") == name:
-            if ctx.attempt <= ctx.input.get("undo_failures", 99):
-                raise RuntimeError(f"{name} could not undo")
+        failing = ctx.input.get("fail_undo") == name
+        if failing and ctx.attempt <= ctx.input.get("undo_failures", 99):
+            raise RuntimeError(f"{name} could not undo")
 
 
 class SlowUndo(Workflow):
@@ -111,7 +111,8 @@ class CallDouble(Workflow):
             step=f"compute-{SideEffect.objects.filter(run_id=ctx.run_id).count()}",
         )
         doubled = ctx.call_workflow(
-            Double, {"n": ctx.get("n"), "fail": ctx.input.get("child_fails", False)},
+            Double,
+            {"n": ctx.get("n"), "fail": ctx.input.get("child_fails", False)},
             key=ctx.input.get("child_key"),
         )
         ctx.sleep(0)
@@ -123,8 +124,9 @@ class Fanout(Workflow):
 
     @step
     def fan(self, ctx):
-        branches = [(Double, {"n": n, "fail": n in ctx.input.get("fail", [])})
-                    for n in ctx.input["ns"]]
+        branches = [
+            (Double, {"n": n, "fail": n in ctx.input.get("fail", [])}) for n in ctx.input["ns"]
+        ]
         if ctx.input.get("slow"):
             branches.append(SlowChild)
         return durable.parallel(branches, mode=ctx.input.get("mode", "fail_fast"))
