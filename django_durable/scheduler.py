@@ -23,7 +23,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from . import keys, retention, store
+from . import keys, store
 from .cron import check_cron, check_timezone, next_fire
 from .definition import Cron, Workflow, registry
 from .exceptions import KeyTaken
@@ -174,8 +174,7 @@ _synced = False
 def fire_due(limit: int = BATCH) -> int:
     """Fire every schedule whose tick has come; return how many ticks fired.
 
-    Safe to call from many workers at once: each tick fires exactly once. Also
-    prunes when ``DURABLE["PRUNE_INTERVAL"]`` is set (see ``retention``).
+    Safe to call from many workers at once: each tick fires exactly once.
     """
     global _synced
     if not _synced:
@@ -189,9 +188,7 @@ def fire_due(limit: int = BATCH) -> int:
             for sched in due:
                 fired += _fire_tick(sched, at)
         if len(due) < limit:
-            break
-    retention.prune_if_due()
-    return fired
+            return fired
 
 
 def _fire_tick(sched: Schedule, at) -> int:

@@ -136,17 +136,3 @@ def test_durable_prune_command(capsys):
     call_command("durable_prune", "--older-than", "0s")
     assert "pruned 1" in capsys.readouterr().out
     assert not Run.objects.filter(id=run_id).exists()
-
-
-def test_periodic_prune_from_the_scheduler_loop(settings):
-    from django_durable import retention, scheduler
-
-    run_id = durable.start(SyncAccount, {}, key="acct:6")
-    drain()
-    age([run_id])
-    settings.DURABLE = {"PRUNE_INTERVAL": timedelta(minutes=5)}
-    retention._last_prune = None
-    scheduler.fire_due()
-    assert not Run.objects.filter(id=run_id).exists()
-    # Not again within the interval.
-    assert retention.prune_if_due() is None
