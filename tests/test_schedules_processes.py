@@ -1,11 +1,14 @@
-"""Each tick fires exactly once while three processes call fire_due() at once."""
+"""Each tick fires exactly once while three processes fire schedules at once:
+three real ``durable_worker`` processes, and three processes calling
+``fire_due()`` in a tight loop."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -13,8 +16,9 @@ from django.db import connection
 import django_durable as durable
 from django_durable.models import Run, Schedule
 from tests.testapp.workflows_engine import Tick
+from tests.worker_processes import ROOT, WorkerPool
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 FIRING_LOOP = textwrap.dedent(
     """
@@ -32,20 +36,50 @@ FIRING_LOOP = textwrap.dedent(
 )
 
 
-@pytest.mark.postgres
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-def test_each_tick_fires_exactly_once_across_three_processes():
+@pytest.fixture
+def workers(tmp_path):
+    pool = WorkerPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.kill_all()
+
+
+def fired_ticks():
+    runs = list(Run.objects.filter(workflow="tick"))
+    return runs, [datetime.fromisoformat(run.state["schedule"]["tick"]) for run in runs]
+
+
+def test_three_workers_fire_each_tick_exactly_once(workers):
     durable.schedule(Tick, "* * * * * *", name="every-second")  # seconds field last
+    procs = [
+        workers.start("--worker-id", f"w{i}", heartbeat_seconds=0.1, lease_seconds=5)
+        for i in range(3)
+    ]
+    for proc in procs:
+        proc.wait_for_output("started: queues", timeout=60)
+    time.sleep(5)
+    for proc in procs:
+        proc.send(signal.SIGTERM)
+    assert [proc.wait(60) for proc in procs] == [0, 0, 0]
+
+    runs, ticks = fired_ticks()
+    assert len(ticks) == len(set(ticks)), sorted(ticks)
+    assert len(runs) >= 3
+    assert all(tick.microsecond == 0 for tick in ticks)
+    assert Schedule.objects.get(name="every-second").failures == 0
+
+
+def test_three_processes_calling_fire_due_in_a_loop_fire_each_tick_once():
+    durable.schedule(Tick, "* * * * * *", name="every-second")
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DURABLE_TEST_DB": "postgres",
-        "PGDATABASE": connection.settings_dict["NAME"],
+        "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
     }
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", FIRING_LOOP, "6"],
+            [sys.executable, "-c", FIRING_LOOP, "5"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -59,13 +93,11 @@ def test_each_tick_fires_exactly_once_across_three_processes():
         assert process.returncode == 0, err
     fired_per_process = [int(out.strip()) for out, _ in outputs]
 
-    runs = list(Run.objects.filter(workflow="tick"))
-    ticks = [datetime.fromisoformat(run.state["schedule"]["tick"]) for run in runs]
+    runs, ticks = fired_ticks()
     # Exactly once: no tick started twice, and every fire a process counted is one run.
     assert len(ticks) == len(set(ticks))
     assert sum(fired_per_process) == len(runs)
     assert len(runs) >= 3
-    assert all(tick.microsecond == 0 for tick in ticks)
     sched = Schedule.objects.get(name="every-second")
     assert sched.failures == 0
     assert sched.last_run_id in {run.id for run in runs}
