@@ -263,9 +263,12 @@ def on_run_finished(run: Run) -> None:
     """A finished child wakes its parent; a finished parent cancels children left going."""
     if run.parent_id is not None:
         wake_if_ready(run.parent_id)
-    orphans = store.active_children(run.id)
-    if orphans:
-        cancel_children(orphans, f"its parent run ended {run.status}")
+    # Only a run that started children records them (a run that never did costs
+    # no query here); the ones a failed call forgot have all finished.
+    if (run.state or {}).get("children"):
+        orphans = store.active_children(run.id)
+        if orphans:
+            cancel_children(orphans, f"its parent run ended {run.status}")
 
 
 def sweep() -> int:

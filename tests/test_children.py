@@ -284,3 +284,16 @@ def test_child_attempts_are_recorded_as_suspended_waits():
 
 def test_slow_child_is_a_child():
     assert SlowChild.name == "slow_child"
+
+
+def test_finishing_a_run_without_parent_or_children_costs_no_query(
+    django_assert_num_queries,
+):
+    from django_durable import children
+    from tests.testapp.workflows import Noop
+
+    run_id = durable.start(Noop)
+    drain()
+    run = durable.get_run(run_id)
+    with django_assert_num_queries(0):
+        children.on_run_finished(run)

@@ -186,3 +186,28 @@ def test_bad_cron_on_a_class_fails_at_import():
             @durable.step
             def one(self, ctx):
                 pass
+
+
+def statements_of(call):
+    """The SQL statements ``call()`` runs, savepoints left out (inside the test's
+    transaction every ``atomic()`` adds them)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        call()
+    return [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"].upper()]
+
+
+def test_fire_due_query_counts():
+    scheduler.fire_due()  # the first call of a process syncs declared schedules
+    # Nothing due: one indexed SELECT.
+    assert len(statements_of(scheduler.fire_due)) == 1
+    durable.schedule(Tick, "*/5 * * * *", name="counted")
+    make_due("counted")
+    # One due schedule: the locking SELECT, the run's INSERT, the compare-and-set
+    # (and on PostgreSQL the NOTIFY that wakes a worker for the new run).
+    statements = statements_of(scheduler.fire_due)
+    notify = [sql for sql in statements if "pg_notify" in sql]
+    assert len(notify) == (1 if store.is_postgres() else 0)
+    assert len(statements) - len(notify) == 3, statements
