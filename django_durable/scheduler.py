@@ -33,6 +33,8 @@ logger = logging.getLogger("django_durable.scheduler")
 
 # Outcomes of a start in which the fire created a run.
 STARTED = {"started", "handed_off", "cancel_existing", "run_again"}
+# The context value a scheduled run starts with: {"name": schedule, "tick": ISO time}.
+SCHEDULE_CONTEXT = "durable.schedule"
 BATCH = 20
 
 
@@ -216,7 +218,8 @@ def _fire(sched: Schedule, tick) -> tuple[uuid.UUID | None, bool]:
     except LookupError:
         logger.error("schedule %s: no workflow is named %r", sched.name, sched.workflow)
         return None, True
-    marker: dict[str, Any] = {"schedule": {"name": sched.name, "tick": tick.isoformat()}}
+    # The run can tell which tick started it: ctx.get("durable.schedule").
+    marker: dict[str, Any] = {SCHEDULE_CONTEXT: {"name": sched.name, "tick": tick.isoformat()}}
     try:
         with transaction.atomic():
             try:
@@ -225,7 +228,7 @@ def _fire(sched: Schedule, tick) -> tuple[uuid.UUID | None, bool]:
                     dict(sched.input or {}),
                     sched.key,
                     workflow.on_duplicate,
-                    state=marker,
+                    context=marker,
                 )
             except KeyTaken:
                 # Skipped, not failed; caught inside the savepoint so the

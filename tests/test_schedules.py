@@ -74,7 +74,7 @@ def test_fire_due_starts_due_schedules_once_and_moves_on():
     [run] = Run.objects.filter(workflow="tick")
     sched = Schedule.objects.get(name="tick-5")
     assert sched.last_run_id == run.id and sched.next_fire_at > store.now()
-    assert run.state["schedule"]["name"] == "tick-5"
+    assert run.context["durable.schedule"]["name"] == "tick-5"
     assert run.key is None
 
 

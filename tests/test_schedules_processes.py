@@ -47,7 +47,7 @@ def workers(tmp_path):
 
 def fired_ticks():
     runs = list(Run.objects.filter(workflow="tick"))
-    return runs, [datetime.fromisoformat(run.state["schedule"]["tick"]) for run in runs]
+    return runs, [datetime.fromisoformat(run.context["durable.schedule"]["tick"]) for run in runs]
 
 
 def test_three_workers_fire_each_tick_exactly_once(workers):
@@ -66,6 +66,9 @@ def test_three_workers_fire_each_tick_exactly_once(workers):
     runs, ticks = fired_ticks()
     assert len(ticks) == len(set(ticks)), sorted(ticks)
     assert len(runs) >= 3
+    # The workers ran them too; each run knew its tick (ctx.get("durable.schedule")).
+    done = [run for run in runs if run.status == "completed"]
+    assert done and all(run.result == run.context["durable.schedule"]["tick"] for run in done)
     assert all(tick.microsecond == 0 for tick in ticks)
     assert Schedule.objects.get(name="every-second").failures == 0
 

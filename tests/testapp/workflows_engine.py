@@ -169,7 +169,7 @@ class Tick(Workflow):
 
     @step
     def tick(self, ctx):
-        return "tick"
+        return (ctx.get("durable.schedule") or {}).get("tick")
 
 
 class HangingUndo(Workflow):
