@@ -28,7 +28,7 @@ from .exceptions import (
     NotWaiting,
 )
 from .keys import Action
-from .lifecycle import run_finished, send_after_commit, workflow_class
+from .lifecycle import run_finished, send_after_commit, sweep_waiting, workflow_class
 from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
 
 MAX_CHANGES_OF_HANDS = 3
@@ -446,6 +446,10 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     at = store.now()
     pruned = 0
     if retention is not None:
+        if not dry_run:
+            # A finished holder that a run_again run still waits behind hands its
+            # key on first (as the worker's sweep would), so pruning it strands no one.
+            sweep_waiting()
         pruned = store.prune_runs(at - retention, batch, dry_run=dry_run)
     if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
         store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)

@@ -83,15 +83,29 @@ def test_a_finished_parent_with_a_child_still_going_stays():
     assert Run.objects.filter(id=parent).exists()
 
 
-def test_a_holder_a_run_again_run_waits_behind_stays():
+def test_a_pruned_holder_hands_its_key_to_the_run_waiting_behind_it():
     holder = durable.start(SyncAccount, {}, key="acct:3")
     Run.objects.filter(id=holder).update(status="running", started_at=store.now())
     waiting = durable.start(SyncAccount, {"v": 2}, key="acct:3", on_duplicate="run_again")
     assert waiting != holder
-    # The holder finished but the hand-on hasn't happened yet.
+    # The holder finished but the hand-on hasn't happened yet (its worker died).
     Run.objects.filter(id=holder).update(status="completed", finished_at=store.now())
     age([holder])
-    assert durable.prune() == 0
+    assert durable.prune() == 1
+    run = durable.get_run(waiting)
+    assert run.holds_key and run.status == "pending" and run.due_at is not None
+    drain()
+    assert durable.get_run(waiting).status == "completed"
+
+
+def test_a_holder_a_run_waits_behind_is_not_pruned_before_the_hand_on():
+    holder = durable.start(SyncAccount, {}, key="acct:4")
+    Run.objects.filter(id=holder).update(status="running", started_at=store.now())
+    waiting = durable.start(SyncAccount, {"v": 2}, key="acct:4", on_duplicate="run_again")
+    Run.objects.filter(id=holder).update(status="completed", finished_at=store.now())
+    age([holder])
+    # The store alone (no hand-on first) leaves the holder for the sweep.
+    assert store.prune_runs(store.now(), 100) == 0
     assert durable.get_run(waiting).runs_after_id == holder
 
 
