@@ -434,7 +434,7 @@ def prunable_runs(older_than: timedelta | None = None):
 def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     """Delete finished runs past retention (freeing their keys) and old activity.
 
-    Returns how many top-level runs were deleted (their children go with them).
+    Returns how many runs were deleted, children (deleted with their parent) included.
     ``older_than`` overrides ``DURABLE["RUN_RETENTION"]``; a run that is still
     going is never deleted, nor one a ``run_again`` run still waits behind.
     ``dry_run`` counts and deletes nothing. Deletes in batches of

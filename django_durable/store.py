@@ -632,8 +632,8 @@ def _tree_blocked(root_ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], set[uuid.
 def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> int:
     """Delete finished runs that finished before ``before`` with their children,
     ``batch_size`` top-level runs per short transaction, so a large table is never
-    locked for long. A deleted holder's key is free again. Returns how many
-    top-level runs were (or, with ``dry_run``, would be) deleted."""
+    locked for long. A deleted holder's key is free again. Returns how many runs
+    were (or, with ``dry_run``, would be) deleted, children included."""
     total = 0
     skipped: set[uuid.UUID] = set()
     while True:
@@ -647,16 +647,19 @@ def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> i
             ids, blocked = _tree_blocked(roots)
             skipped |= blocked
             roots = [run_id for run_id in roots if run_id not in blocked]
-            if roots and not dry_run:
+            if not roots:
+                continue
+            if blocked:
                 ids, _ = _tree_blocked(roots)
+            if dry_run:
+                skipped |= set(roots)
+            else:
                 StepAttempt.objects.filter(run_id__in=ids).delete()
                 Event.objects.filter(run_id__in=ids).delete()
                 # History only: a finished run that once waited behind one of these.
                 Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
                 Run.objects.filter(id__in=ids).delete()
-            elif dry_run:
-                skipped |= set(roots)
-        total += len(roots)
+        total += len(ids)
 
 
 def prune_activity(before: datetime, batch_size: int) -> int:

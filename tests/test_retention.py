@@ -67,7 +67,7 @@ def test_children_are_pruned_with_their_parent_and_never_alone():
     assert durable.prune() == 0
     assert Run.objects.filter(id=child.id).exists()
     age([parent])
-    assert durable.prune() == 1
+    assert durable.prune() == 2  # children count
     assert not Run.objects.filter(id__in=[parent, child.id]).exists()
 
 
