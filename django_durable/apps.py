@@ -14,3 +14,10 @@ class DurableConfig(AppConfig):
         from . import checks  # noqa: F401
 
         autodiscover_modules("workflows")
+
+        # Declared schedules (``schedules = [Cron(...)]``) become rows after migrate.
+        from django.db.models.signals import post_migrate
+
+        from .scheduler import sync_after_migrate
+
+        post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="durable_schedules")

@@ -37,8 +37,10 @@ FINISHED_STATUSES = frozenset(
         Status.COMPENSATION_FAILED,
     }
 )
-# Statuses a worker may claim (when the run is due).
-CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING)
+# Statuses a worker may claim (when the run is due). A compensating run is due
+# only while no worker owns it (between compensation attempts, or recovered from
+# a dead worker); a claim keeps it compensating.
+CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING, Status.COMPENSATING)
 
 
 class RunQuerySet(models.QuerySet):
@@ -302,11 +304,20 @@ class Schedule(models.Model):
     last_fired_at = models.DateTimeField(null=True, blank=True)
     last_run_id = models.UUIDField(null=True, blank=True)
     failures = models.PositiveIntegerField(default=0)
+    # Declared on a workflow class (``schedules = [Cron(...)]``): kept in sync with
+    # the code, and deleted when the declaration goes away.
+    declared = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=now)
 
     class Meta:
         db_table = "durable_schedule"
         ordering = ["name"]
+        indexes = [
+            # The scheduler's claim: enabled schedules by next fire time.
+            models.Index(
+                fields=["next_fire_at"], condition=Q(enabled=True), name="durable_schedule_due"
+            ),
+        ]
 
     def __str__(self):
         return self.name
