@@ -160,6 +160,8 @@ class Run(models.Model):
                 name="durable_run_key",
             ),
             models.Index(fields=["workflow", "status"], name="durable_run_workflow_status"),
+            # The dashboard's runs list: newest first.
+            models.Index(fields=["-created_at"], name="durable_run_created"),
             # The Keys page and list_keys(): keys grouped in (workflow, key) order.
             models.Index(
                 fields=["workflow", "key"],

@@ -44,6 +44,29 @@ def readds(workflow: str | None = None, key: str | None = None, since=None):
     return rows
 
 
+def keyed_runs():
+    """The runs that were started with a key (what the Keys page filters)."""
+    return Run.objects.filter(key__isnull=False)
+
+
+def with_holder_status(runs, status: str):
+    """Keep runs whose key's holder has ``status`` (``"none"``: no run holds it)."""
+    if status == "none":
+        return runs.filter(~Exists(_holders()))
+    return runs.filter(Exists(_holders().filter(status=status)))
+
+
+def group_keys(runs):
+    """One row (``workflow``, ``key``, ``runs``) per key of ``runs``, in (workflow,
+    key) order: an index walk, so a page reads only its own rows."""
+    return (
+        runs.order_by()
+        .values("workflow", "key")
+        .annotate(runs=Count("*"))
+        .order_by("workflow", "key")
+    )
+
+
 def keys_queryset(
     workflow_name: str | None = None,
     *,
@@ -56,21 +79,14 @@ def keys_queryset(
     ``holder_status`` keeps keys whose holder has that status (``"none"``: keys
     no run holds); ``search`` keeps keys that start with it.
     """
-    runs = Run.objects.filter(key__isnull=False)
+    runs = keyed_runs()
     if workflow_name:
         runs = runs.filter(workflow=workflow_name)
     if search:
         runs = runs.filter(key__startswith=search)
-    if holder_status == "none":
-        runs = runs.filter(~Exists(_holders()))
-    elif holder_status:
-        runs = runs.filter(Exists(_holders().filter(status=holder_status)))
-    return (
-        runs.order_by()
-        .values("workflow", "key")
-        .annotate(runs=Count("*"))
-        .order_by("workflow", "key")
-    )
+    if holder_status:
+        runs = with_holder_status(runs, holder_status)
+    return group_keys(runs)
 
 
 def describe_keys(rows: Iterable[dict], workflow_name: str | None = None) -> list[dict]:
@@ -122,6 +138,23 @@ def runs_with_key(workflow: str, key: str):
     """Every run started with ``key`` of ``workflow``, newest first (the holder has
     ``holds_key=True``)."""
     return Run.objects.filter(workflow=workflow, key=key).order_by("-created_at", "-id")
+
+
+def runs_of(workflow: str):
+    return Run.objects.filter(workflow=workflow).order_by("-created_at", "-id")
+
+
+def recent_activity(limit: int = 20, workflow: str | None = None) -> list[Activity]:
+    rows = Activity.objects.order_by("-created_at", "-id")
+    if workflow is not None:
+        rows = rows.filter(workflow=workflow)
+    return list(rows[:limit])
+
+
+def key_activity(workflow: str, key: str, limit: int = 100) -> list[Activity]:
+    """What happened to one key, newest first (re-adds, hand-offs, releases, retakes)."""
+    rows = Activity.objects.filter(workflow=workflow, key=key).order_by("-created_at", "-id")
+    return list(rows[:limit])
 
 
 def status_counts(workflow: str | None = None) -> dict[str, int]:
