@@ -58,6 +58,15 @@ def check_settings(app_configs=None, **kwargs):
         errors.append(
             Error("DURABLE['NOTIFY_CHANNEL'] must be a non-empty string.", id="django_durable.E007")
         )
+    listen = values["LISTEN_DATABASE"]
+    if listen is not None and listen not in settings.DATABASES:
+        errors.append(
+            Error(
+                f"DURABLE['LISTEN_DATABASE'] is {listen!r}, which is not in DATABASES.",
+                hint="Name a DATABASES alias, or None to poll without LISTEN/NOTIFY.",
+                id="django_durable.E008",
+            )
+        )
     return errors
 
 

@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_INTERVAL": None,
     # The LISTEN/NOTIFY channel (PostgreSQL).
     "NOTIFY_CHANNEL": "django_durable",
+    # The DATABASES alias workers LISTEN through, on a dedicated connection (it must
+    # reach the same database directly or through a session-mode pooler); None: poll only.
+    "LISTEN_DATABASE": "default",
 }
 
 

@@ -98,6 +98,9 @@ class Context:
         and how a worker keeps a run that outlives the lease without a heartbeat
         thread.
         """
+        if getattr(self._run, "lease_lost", False):
+            # The worker's own heartbeat already saw the cancel (or the loss).
+            raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned")
         try:
             store.renew_lease(self._run, conf.get("LEASE"))
         except store.LeaseLost:

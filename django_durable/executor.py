@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from . import store
@@ -41,8 +42,12 @@ def _resume_waits(run: Run) -> list[Any]:
     return waits
 
 
-def execute(run: Run) -> int:
-    """Run the claimed ``run`` until it finishes, suspends or fails; return steps executed."""
+def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
+    """Run the claimed ``run`` until it finishes, suspends or fails; return steps executed.
+
+    ``should_stop`` is asked before each step: when it says yes (the worker is
+    shutting down) the run is left as it is, still claimed, for the worker to hand back.
+    """
     try:
         workflow = registry.get(run.workflow)
     except LookupError as exc:
@@ -52,6 +57,8 @@ def execute(run: Run) -> int:
     waits = _resume_waits(run)
     executed = 0
     while run.step_index < len(workflow.steps):
+        if should_stop is not None and should_stop():
+            return executed
         if run.timeout_at is not None and store.now() >= run.timeout_at:
             return executed + _fail_outside_steps(
                 run,

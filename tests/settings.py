@@ -78,3 +78,20 @@ else:
     }
 
 DURABLE = {}
+
+# --- worker tests ------------------------------------------------------------
+# Worker subprocesses started by the tests connect to the test database pytest
+# created (its name is passed in DURABLE_SUBPROCESS_DB_NAME) and may get short
+# leases and intervals, so that recovery and shutdown happen within a test.
+from datetime import timedelta  # noqa: E402
+
+if os.environ.get("DURABLE_SUBPROCESS_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["DURABLE_SUBPROCESS_DB_NAME"]
+for _setting, _variable in [
+    ("LEASE", "DURABLE_LEASE_SECONDS"),
+    ("HEARTBEAT_INTERVAL", "DURABLE_HEARTBEAT_SECONDS"),
+    ("POLL_INTERVAL", "DURABLE_POLL_SECONDS"),
+    ("SHUTDOWN_GRACE", "DURABLE_GRACE_SECONDS"),
+]:
+    if os.environ.get(_variable):
+        DURABLE[_setting] = timedelta(seconds=float(os.environ[_variable]))

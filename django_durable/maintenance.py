@@ -1,0 +1,100 @@
+"""Chores every live worker does on its own thread, each heartbeat interval:
+
+- return runs whose worker stopped heartbeating to ``pending`` (any live worker
+  may do it; row locks with SKIP LOCKED keep two workers from recovering the
+  same run, and the fence keeps the old worker from recording over the new one);
+- move on runs waiting behind a key whose holder finished (a crash can leave one);
+- fire due schedules, when ``django_durable.scheduler`` provides ``fire_due()``;
+- prune every ``DURABLE["PRUNE_INTERVAL"]`` when it is set.
+
+On a thread of its own so that a slow prune never delays lease renewal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from . import conf, lifecycle, services, store
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+logger = logging.getLogger("django_durable.worker")
+
+# Worker rows silent for this many leases are deleted (their runs were recovered long ago).
+FORGET_AFTER_LEASES = 20
+
+
+def find_fire_due() -> Callable[[], int] | None:
+    """``django_durable.scheduler.fire_due`` if that module exists."""
+    if importlib.util.find_spec("django_durable.scheduler") is None:
+        return None
+    return getattr(importlib.import_module("django_durable.scheduler"), "fire_due", None)
+
+
+class Maintenance:
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.prune_interval: timedelta | None = conf.get("PRUNE_INTERVAL")
+        self.fire_due = find_fire_due()
+        self._last_prune: float | None = None
+
+    def loop(self) -> None:
+        try:
+            while not self.worker.stopping:
+                self.tick()
+                if self.worker.wait_for_stop(self.worker.heartbeat_interval):
+                    break
+        finally:
+            connections.close_all()
+
+    def tick(self) -> None:
+        """One round of chores; a failing chore is logged and does not stop the others."""
+        recovered = self._chore("recovering expired leases", store.recover_expired_leases)
+        if recovered:
+            logger.warning(
+                "recovered %d run(s) whose worker stopped heartbeating: %s",
+                len(recovered),
+                ", ".join(str(run_id) for run_id in recovered[:10]),
+            )
+            self.worker.wake()
+            self._chore("announcing recovered runs", lambda: store.notify_runs_due(recovered))
+        self._chore("moving on runs waiting behind finished holders", lifecycle.sweep_waiting)
+        self._chore(
+            "forgetting dead workers",
+            lambda: store.forget_dead_workers(
+                store.now() - self.worker.lease * FORGET_AFTER_LEASES
+            ),
+        )
+        if self.fire_due is not None and self._chore("firing schedules", self.fire_due):
+            self.worker.wake()
+        if self.prune_interval is not None and self._prune_due():
+            pruned = self._chore("pruning", services.prune)
+            if pruned:
+                logger.info("pruned %d finished run(s)", pruned)
+
+    def _prune_due(self) -> bool:
+        at = time.monotonic()
+        if (
+            self._last_prune is not None
+            and at - self._last_prune < self.prune_interval.total_seconds()
+        ):
+            return False
+        self._last_prune = at
+        return True
+
+    def _chore(self, what: str, chore: Callable):
+        try:
+            return chore()
+        except Exception:
+            logger.exception("worker %s: %s failed", self.worker.worker_id, what)
+            store.reset_connection_after_error()
+            return None

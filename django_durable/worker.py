@@ -1,0 +1,467 @@
+"""The worker behind ``manage.py durable_worker``.
+
+One process: a dispatcher thread claims due runs, a pool of ``concurrency``
+threads executes them (each thread has its own database connection, closed
+when the thread ends), a heartbeat thread renews the leases of the runs this
+worker holds, a maintenance thread recovers runs of dead workers, and on
+PostgreSQL a notifier thread wakes the dispatcher on NOTIFY.
+
+- A claim takes as many runs as there are free threads, in one statement
+  (``store.claim``); a thread that finishes a run frees its slot and the
+  dispatcher claims again at once. An idle worker waits for a NOTIFY, for the
+  next due time (timers) or for the poll interval, whichever comes first.
+- Every write the executor makes is fenced by the claim, so a worker that lost
+  a run (its lease expired, another worker recovered it) cannot record over the
+  new owner.
+- The first SIGTERM/SIGINT stops claiming; running runs stop after their
+  current step and are handed back to ``pending``; what is still running after
+  ``DURABLE["SHUTDOWN_GRACE"]`` is handed back too. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import DatabaseError, connection, connections
+
+from . import checks, conf, executor, maintenance, store
+from .models import Run, Status
+from .notifier import Notifier
+
+logger = logging.getLogger("django_durable.worker")
+
+# Shortest idle wait when a due run exists that another worker is claiming.
+MIN_IDLE_WAIT = 0.05
+
+
+class WorkerIdInUse(Exception):
+    """Another live worker (one that heartbeated within the lease) has this id."""
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def as_seconds(value: timedelta | float) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@dataclass(eq=False)
+class Held:
+    """A run this worker claimed. ``fence`` is the claim's: it is what makes writes count."""
+
+    run: Run
+    fence: int
+
+
+class Worker:
+    """Claims and executes due runs until stopped (or, with ``burst``, until nothing is due)."""
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+        burst: bool = False,
+        worker_id: str | None = None,
+        poll_interval: timedelta | float | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        settings = conf.durable_settings()
+        self.queues = list(queues) if queues else None
+        self.concurrency = concurrency
+        self.burst = burst
+        self.worker_id = worker_id or default_worker_id()
+        self.poll_interval = as_seconds(
+            settings["POLL_INTERVAL"] if poll_interval is None else poll_interval
+        )
+        if self.poll_interval <= 0:
+            raise ValueError(f"poll interval must be positive, got {poll_interval!r}")
+        self.lease: timedelta = settings["LEASE"]
+        self.heartbeat_interval = as_seconds(settings["HEARTBEAT_INTERVAL"])
+        self.shutdown_grace = as_seconds(settings["SHUTDOWN_GRACE"])
+        self.listen_alias = settings["LISTEN_DATABASE"]
+        self.channel = settings["NOTIFY_CHANNEL"]
+        self.upkeep = maintenance.Maintenance(self)
+
+        self._lock = threading.Lock()
+        self._run_ready = threading.Condition(self._lock)  # threads wait for a claimed run
+        self._dispatch = threading.Condition(self._lock)  # the dispatcher waits for a reason
+        self._ready: deque[Held] = deque()  # claimed, not yet picked up by a thread
+        self._executing: set[Held] = set()
+        self._free = concurrency
+        self._wake = False
+        self._stopping = threading.Event()
+        self._finished = threading.Event()
+        self._signals = 0
+        self._failed = False
+        self.notifier: Notifier | None = None
+        self.runs_executed = 0
+
+    # --- public controls ---------------------------------------------------
+
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Work until stopped; return the exit code (0 on a clean stop)."""
+        for warning in checks.sqlite_concurrency_warning(self.concurrency, connection.vendor):
+            logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
+        self._register()
+        restore = self._install_signal_handlers() if install_signal_handlers else None
+        threads = [
+            threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
+            for n in range(self.concurrency)
+        ]
+        threads.append(
+            threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
+        )
+        threads.append(
+            threading.Thread(target=self.upkeep.loop, name="durable-maintenance", daemon=True)
+        )
+        threads.append(
+            threading.Thread(target=self._dispatch_loop, name="durable-dispatch", daemon=True)
+        )
+        if self.listen_alias and connections[self.listen_alias].vendor == "postgresql":
+            self.notifier = Notifier(
+                channel=self.channel,
+                queues=self.queues,
+                on_wake=self.wake,
+                stop=self._stopping,
+                alias=self.listen_alias,
+            )
+            threads.append(self.notifier)
+        logger.info(
+            "worker %s started: queues %s, concurrency %d, poll every %.2fs%s",
+            self.worker_id,
+            ",".join(self.queues) if self.queues else "(all)",
+            self.concurrency,
+            self.poll_interval,
+            ", burst" if self.burst else "",
+        )
+        for thread in threads:
+            thread.start()
+        try:
+            # The main thread only waits, so a signal handler never meets a lock it holds.
+            while not self._finished.wait(0.5):
+                pass
+        finally:
+            if restore:
+                restore()
+        for thread in threads:
+            thread.join(timeout=2)
+        connections.close_all()
+        logger.info("worker %s stopped (%d runs executed)", self.worker_id, self.runs_executed)
+        return 1 if self._failed else 0
+
+    def stop(self) -> None:
+        """Stop claiming; running runs stop after their current step and are handed back."""
+        self._stopping.set()
+        with self._lock:
+            self._run_ready.notify_all()
+            self._dispatch.notify_all()
+
+    def wake(self) -> None:
+        """Claim now (a NOTIFY arrived, runs were recovered, a schedule fired)."""
+        with self._lock:
+            self._wake = True
+            self._dispatch.notify()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wait_for_stop(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds; True as soon as the worker is stopping."""
+        return self._stopping.wait(timeout)
+
+    def claim_batch(self, limit: int) -> list[Run]:
+        """Claim up to ``limit`` due runs in one statement."""
+        return store.claim(
+            worker_id=self.worker_id, queues=self.queues, limit=limit, lease=self.lease
+        )
+
+    def held(self) -> list[Held]:
+        with self._lock:
+            return [*self._executing, *self._ready]
+
+    # --- registration and signals -----------------------------------------------
+
+    def _register(self) -> None:
+        stale_before = store.now() - self.lease
+        if not store.register_worker(
+            self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.queues or [],
+            concurrency=self.concurrency,
+            stale_before=stale_before,
+        ):
+            raise WorkerIdInUse(
+                f"a live worker already uses the id {self.worker_id!r} "
+                "(it heartbeated within the lease); pick another --worker-id"
+            )
+
+    def _install_signal_handlers(self) -> Callable[[], None] | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+        }
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _on_signal(self, signum: int, frame) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            # At once: what this worker holds comes back through lease recovery.
+            os.write(2, b"durable_worker: second signal, exiting at once\n")
+            os._exit(1)
+        logger.info(
+            "worker %s stopping (%s): running steps may finish within %.0fs, the rest is "
+            "handed back; send the signal again to exit at once",
+            self.worker_id,
+            signal.strsignal(signum),
+            self.shutdown_grace,
+        )
+        self.stop()
+
+    # --- dispatcher ----------------------------------------------------------
+
+    def _dispatch_loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                with self._lock:
+                    while self._free == 0 and not self._stopping.is_set():
+                        self._dispatch.wait()
+                    free = self._free
+                    self._wake = False
+                if self._stopping.is_set():
+                    break
+                try:
+                    runs = self.claim_batch(free)
+                except DatabaseError as exc:
+                    logger.warning(
+                        "claiming failed (%s); trying again in %.2fs", exc, self.poll_interval
+                    )
+                    store.reset_connection_after_error()
+                    self._wait_for_wake(self.poll_interval)
+                    continue
+                if runs:
+                    self._hand_out(runs)
+                    if len(runs) == free:
+                        continue  # likely more due: claim again as soon as a slot frees
+                elif self.burst and self._idle():
+                    if self._recover_before_burst_exit():
+                        continue
+                    logger.info("worker %s: nothing is due, stopping (burst)", self.worker_id)
+                    break
+                self._wait_for_wake(self._idle_timeout())
+        except BaseException:
+            logger.exception("worker %s: the dispatcher failed", self.worker_id)
+            self._failed = True
+        finally:
+            try:
+                self._shutdown()
+            finally:
+                connections.close_all()
+                self._finished.set()
+
+    def _hand_out(self, runs: list[Run]) -> None:
+        with self._lock:
+            self._free -= len(runs)
+            self._ready.extend(Held(run, run.fence) for run in runs)
+            self._run_ready.notify(len(runs))
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._free == self.concurrency
+
+    def _recover_before_burst_exit(self) -> bool:
+        try:
+            return bool(store.recover_expired_leases())
+        except DatabaseError:
+            store.reset_connection_after_error()
+            return False
+
+    def _idle_timeout(self) -> float:
+        """Until the next timer is due, but no longer than the poll interval."""
+        try:
+            due = store.next_due_at(self.queues)
+        except DatabaseError:
+            store.reset_connection_after_error()
+            return self.poll_interval
+        if due is None:
+            return self.poll_interval
+        until = (due - store.now()).total_seconds()
+        return min(self.poll_interval, max(until, MIN_IDLE_WAIT))
+
+    def _wait_for_wake(self, timeout: float) -> None:
+        with self._lock:
+            if not self._wake and not self._stopping.is_set():
+                self._dispatch.wait(timeout)
+
+    # --- execution threads ------------------------------------------------------
+
+    def _slot_loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not self._ready and not self._stopping.is_set():
+                        self._run_ready.wait()
+                    if self._stopping.is_set():
+                        return  # claimed runs not yet started are handed back at shutdown
+                    held = self._ready.popleft()
+                    self._executing.add(held)
+                try:
+                    self.execute(held)
+                finally:
+                    with self._lock:
+                        self._executing.discard(held)
+                        self.runs_executed += 1
+                        self._free += 1
+                        self._wake = True
+                        self._dispatch.notify_all()
+        finally:
+            connections.close_all()
+
+    def execute(self, held: Held) -> None:
+        """Execute one claimed run and log its start and its outcome."""
+        run = held.run
+        run.lease_lost = getattr(run, "lease_lost", False)
+        logger.info(
+            "run %s (%s) started: step %d, attempt %d",
+            run.id,
+            run.workflow,
+            run.step_index,
+            run.attempt,
+        )
+        started = time.monotonic()
+        steps = 0
+        try:
+            if not run.lease_lost:
+                steps = executor.execute(
+                    run, should_stop=lambda: self._stopping.is_set() or run.lease_lost
+                )
+        except Exception:
+            logger.exception("run %s (%s): executing it failed", run.id, run.workflow)
+            store.reset_connection_after_error()
+        outcome = run.status
+        if run.status in (Status.RUNNING, Status.COMPENSATING):
+            outcome = self._give_up(held)
+        logger.info(
+            "run %s (%s) %s after %d step(s) in %.3fs",
+            run.id,
+            run.workflow,
+            outcome,
+            steps,
+            time.monotonic() - started,
+        )
+
+    def _give_up(self, held: Held) -> str:
+        """The run is still claimed in memory: hand it back, or say who has it now."""
+        try:
+            if store.hand_back(held.run):
+                store.notify_runs_due([held.run.id])
+                return "handed back"
+            status = store.current_status(held.run.id)
+        except DatabaseError as exc:
+            store.reset_connection_after_error()
+            return f"left to lease expiry ({exc})"
+        if status is None:
+            return "stopped: the run was deleted"
+        if status[1] != held.fence:
+            return f"stopped: another worker took it over ({status[0]})"
+        return f"stopped: it is {status[0]} now"
+
+    # --- heartbeat ------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        try:
+            while not self._finished.wait(self.heartbeat_interval):
+                try:
+                    self.heartbeat()
+                except DatabaseError as exc:
+                    logger.warning("heartbeat failed (%s)", exc)
+                    store.reset_connection_after_error()
+        finally:
+            connections.close_all()
+
+    def heartbeat(self) -> set:
+        """Renew this worker's row and the leases of the runs it holds.
+
+        A run it no longer owns (cancelled, recovered elsewhere) is flagged, so
+        the step's next ``ctx.heartbeat()`` raises ``Cancelled`` without asking
+        the database and no later step starts. Returns the ids of such runs.
+        """
+        holding = self.held()
+        store.worker_heartbeat(self.worker_id, stopping=self._stopping.is_set())
+        lost = store.renew_leases(
+            self.worker_id, [(h.run.id, h.fence) for h in holding], self.lease
+        )
+        for h in holding:
+            if h.run.id in lost and not getattr(h.run, "lease_lost", False):
+                h.run.lease_lost = True
+                if h.run.status == Status.RUNNING:
+                    logger.info(
+                        "run %s (%s) was cancelled or taken over; its step stops at its "
+                        "next ctx.heartbeat() and no later step runs",
+                        h.run.id,
+                        h.run.workflow,
+                    )
+        return lost
+
+    # --- shutdown --------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self.stop()
+        with self._lock:
+            unstarted = list(self._ready)
+            self._ready.clear()
+        for held in unstarted:
+            self._hand_back_quietly(held)
+        deadline = time.monotonic() + self.shutdown_grace
+        with self._lock:
+            if self._executing:
+                logger.info(
+                    "worker %s: waiting up to %.0fs for %d running step(s)",
+                    self.worker_id,
+                    self.shutdown_grace,
+                    len(self._executing),
+                )
+            while self._executing and (remaining := deadline - time.monotonic()) > 0:
+                self._dispatch.wait(remaining)
+            overdue = list(self._executing)
+        for held in overdue:
+            held.run.lease_lost = True
+            self._hand_back_quietly(held)
+            logger.warning(
+                "run %s (%s) was still running after the grace period: handed back",
+                held.run.id,
+                held.run.workflow,
+            )
+        try:
+            store.unregister_worker(self.worker_id)
+        except DatabaseError as exc:
+            logger.warning("could not unregister worker %s (%s)", self.worker_id, exc)
+
+    def _hand_back_quietly(self, held: Held) -> None:
+        try:
+            if store.hand_back(held.run):
+                store.notify_runs_due([held.run.id])
+        except DatabaseError as exc:
+            logger.warning(
+                "could not hand back run %s (%s); its lease will expire", held.run.id, exc
+            )

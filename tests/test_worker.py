@@ -1,0 +1,271 @@
+"""The Worker in this process: claim batching, leases and fences, hand-back,
+maintenance, timers, and the command's arguments."""
+
+import sys
+import threading
+import time
+import types
+from datetime import timedelta
+from importlib.machinery import ModuleSpec
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+import django_durable as durable
+from django_durable import executor, store
+from django_durable.context import Context
+from django_durable.maintenance import Maintenance
+from django_durable.models import Run, StepAttempt, WorkerNode
+from django_durable.worker import Held, Worker, WorkerIdInUse
+from tests.testapp.models import SideEffect
+from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper
+from tests.worker_processes import wait_until
+
+LEASE = timedelta(seconds=30)
+
+
+def expire_lease(run_id):
+    Run.objects.filter(id=run_id).update(lease_expires_at=store.now() - timedelta(seconds=1))
+
+
+def registered(worker: Worker) -> Worker:
+    worker._register()
+    return worker
+
+
+@pytest.mark.django_db
+def test_free_slots_are_filled_by_one_claim_statement(django_assert_num_queries):
+    run_ids = [durable.start(Noop) for _ in range(10)]
+    worker = Worker(concurrency=4, worker_id="batcher")
+    with django_assert_num_queries(1):
+        runs = worker.claim_batch(4)
+    assert len(runs) == 4
+    assert {r.id for r in runs} <= set(run_ids)
+    assert {(r.status, r.worker_id, r.fence) for r in runs} == {("running", "batcher", 1)}
+    assert all(r.lease_expires_at > store.now() for r in runs)
+    assert Run.objects.filter(status="pending").count() == 6
+
+
+@pytest.mark.django_db
+def test_claims_only_the_queues_it_serves():
+    durable.start(Noop)
+    assert Worker(queues=["other"]).claim_batch(4) == []
+    assert len(Worker(queues=["other", "default"]).claim_batch(4)) == 1
+
+
+@pytest.mark.django_db
+def test_shutdown_hands_back_claimed_runs_and_unregisters():
+    keyed = durable.start(ProcessArticle, {"id": 1}, key="article:1")
+    durable.start(ProcessArticle, {"id": 2})
+    worker = registered(Worker(concurrency=2, worker_id="leaving"))
+    worker._hand_out(worker.claim_batch(2))
+    assert Run.objects.filter(status="running", worker_id="leaving").count() == 2
+
+    worker._shutdown()
+
+    runs = Run.objects.all()
+    assert {(r.status, r.worker_id, r.lease_expires_at, r.fence) for r in runs} == {
+        ("pending", None, None, 1)
+    }
+    assert all(r.due_at <= store.now() for r in runs)
+    assert Run.objects.get(id=keyed).holds_key  # handing back never frees a key
+    assert not WorkerNode.objects.filter(id="leaving").exists()
+
+
+@pytest.mark.django_db
+def test_a_worker_whose_run_was_recovered_elsewhere_cannot_record():
+    run_id = durable.start(Noop)
+    (stale,) = store.claim(worker_id="late", queues=None, limit=1, lease=LEASE)
+    expire_lease(run_id)
+    assert store.recover_expired_leases() == [run_id]
+    (fresh,) = store.claim(worker_id="new-owner", queues=None, limit=1, lease=LEASE)
+    assert (stale.fence, fresh.fence) == (1, 2)
+
+    # The late worker comes back and runs the step: none of its writes count.
+    executor.execute(stale)
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.worker_id, run.step_index, run.fence) == (
+        "running",
+        "new-owner",
+        0,
+        2,
+    )
+    assert (
+        not StepAttempt.objects.filter(run_id=run_id, worker_id="late")
+        .exclude(status="lost")
+        .exists()
+    )
+    assert not store.hand_back(stale)
+
+    executor.execute(fresh)
+    assert Run.objects.get(id=run_id).status == "completed"
+    assert set(
+        StepAttempt.objects.filter(run_id=run_id, status="completed").values_list(
+            "worker_id", flat=True
+        )
+    ) == {"new-owner"}
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_renews_the_leases_it_holds_in_two_statements(django_assert_num_queries):
+    durable.start(Noop)
+    durable.start(Noop)
+    worker = registered(Worker(concurrency=2, worker_id="beating"))
+    worker._hand_out(worker.claim_batch(2))
+    Run.objects.update(lease_expires_at=store.now() + timedelta(seconds=1))
+    with django_assert_num_queries(2):
+        assert worker.heartbeat() == set()
+    for run in Run.objects.all():
+        assert run.lease_expires_at > store.now() + LEASE - timedelta(seconds=5)
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_flags_a_cancelled_run_and_its_ctx_heartbeat_raises_without_a_query(
+    django_assert_num_queries,
+):
+    run_id = durable.start(Noop)
+    other_id = durable.start(Noop)
+    worker = registered(Worker(concurrency=2, worker_id="watcher"))
+    runs = {r.id: r for r in worker.claim_batch(2)}
+    worker._hand_out(list(runs.values()))
+    durable.cancel(run_id)
+
+    assert worker.heartbeat() == {run_id}
+    assert runs[run_id].lease_lost and not getattr(runs[other_id], "lease_lost", False)
+    ctx = Context(runs[run_id], waits=[])
+    with django_assert_num_queries(0), pytest.raises(durable.Cancelled):
+        ctx.heartbeat()
+
+
+@pytest.mark.django_db
+def test_an_unexpected_error_hands_the_run_back(monkeypatch):
+    run_id = durable.start(Noop)
+    worker = Worker(worker_id="clumsy")
+    (run,) = worker.claim_batch(1)
+
+    def broken(run, **kwargs):
+        raise RuntimeError("the worker itself broke")
+
+    monkeypatch.setattr(executor, "execute", broken)
+    worker.execute(Held(run, run.fence))
+    assert (status_of := Run.objects.get(id=run_id)).status == "pending"
+    assert status_of.worker_id is None
+
+
+@pytest.mark.django_db
+def test_a_stopping_worker_runs_no_further_step_and_hands_the_run_back():
+    run_id = durable.start(ProcessArticle, {"id": 7})
+    worker = Worker(worker_id="stopper")
+    (run,) = worker.claim_batch(1)
+    # The executor asks before each step: here the worker stops after the first.
+    assert executor.execute(run, should_stop=lambda: run.step_index >= 1) == 1
+    worker.stop()
+    worker.execute(Held(run, run.fence))
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.step_index, run.worker_id) == ("pending", 1, None)
+    assert list(SideEffect.objects.filter(run_id=run_id).values_list("step", flat=True)) == [
+        "fetch"
+    ]
+
+
+@pytest.mark.django_db
+def test_maintenance_recovers_expired_leases_and_counts_the_attempt():
+    run_id = durable.start(ProcessArticle, {"id": 3}, key="article:3")
+    (run,) = store.claim(worker_id="gone", queues=None, limit=1, lease=LEASE)
+    expire_lease(run_id)
+    Maintenance(Worker(worker_id="alive")).tick()
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.attempt, run.worker_id, run.holds_key) == ("pending", 2, None, True)
+
+
+@pytest.mark.django_db
+def test_maintenance_fires_schedules_when_the_scheduler_exists(monkeypatch):
+    fired = []
+    scheduler = types.ModuleType("django_durable.scheduler")
+    scheduler.__spec__ = ModuleSpec("django_durable.scheduler", None)
+    scheduler.fire_due = lambda: fired.append(1) or 0
+    monkeypatch.setitem(sys.modules, "django_durable.scheduler", scheduler)
+    upkeep = Maintenance(Worker())
+    upkeep.tick()
+    upkeep.tick()
+    assert fired == [1, 1]
+
+
+@pytest.mark.django_db
+def test_maintenance_prunes_every_prune_interval(settings):
+    settings.DURABLE = {"PRUNE_INTERVAL": timedelta(hours=1), "RUN_RETENTION": timedelta(days=1)}
+    old = durable.start(Noop)
+    Run.objects.filter(id=old).update(
+        status="completed", finished_at=store.now() - timedelta(days=2)
+    )
+    upkeep = Maintenance(Worker())
+    upkeep.tick()
+    assert not Run.objects.filter(id=old).exists()
+    again = durable.start(Noop)
+    Run.objects.filter(id=again).update(
+        status="completed", finished_at=store.now() - timedelta(days=2)
+    )
+    upkeep.tick()  # within the interval: not yet
+    assert Run.objects.filter(id=again).exists()
+
+
+@pytest.mark.django_db
+def test_a_second_live_worker_with_the_same_id_is_refused():
+    registered(Worker(worker_id="twin"))
+    with pytest.raises(WorkerIdInUse):
+        registered(Worker(worker_id="twin"))
+    WorkerNode.objects.filter(id="twin").update(heartbeat_at=store.now() - timedelta(hours=1))
+    registered(Worker(worker_id="twin"))  # a dead one's id can be taken over
+
+
+def test_bad_worker_arguments_are_refused():
+    with pytest.raises(ValueError):
+        Worker(concurrency=0)
+    with pytest.raises(ValueError):
+        Worker(poll_interval=0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--concurrency", "0"], ["--poll-interval", "-1"], ["--queues", "a,,b"], ["--worker-id", ""]],
+)
+def test_the_command_refuses_bad_options(args):
+    with pytest.raises(CommandError):
+        call_command("durable_worker", *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_worker_runs_everything_due_on_its_threads_and_returns_0(caplog):
+    run_ids = [durable.start(ProcessArticle, {"id": i}) for i in range(12)]
+    caplog.set_level("INFO", logger="django_durable")
+    worker = Worker(concurrency=3, burst=True, worker_id="burst")
+    assert worker.run(install_signal_handlers=False) == 0
+    assert Run.objects.filter(id__in=run_ids, status="completed").count() == 12
+    assert worker.runs_executed == 12
+    messages = [r.getMessage() for r in caplog.records if r.name == "django_durable.worker"]
+    assert sum("started: step 0" in m for m in messages) == 12
+    assert sum(" completed after 2 step(s)" in m for m in messages) == 12
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        assert any("django_durable.W001" in m for m in messages)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_timer_is_picked_up_when_due_not_at_the_next_poll():
+    worker = Worker(worker_id="timers", poll_interval=10)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    run_id = durable.start(WorkerSleeper, {"seconds": 0.5})
+    started = time.monotonic()
+    thread.start()
+    try:
+        wait_until(
+            lambda: Run.objects.get(id=run_id).status == "completed", 8, "the sleeper to wake"
+        )
+        # Well before the 10 s poll: the worker waited for the timer's due time.
+        assert time.monotonic() - started < 8
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()

@@ -1,0 +1,239 @@
+"""``manage.py durable_worker`` as real processes: many workers, SIGKILL, SIGTERM,
+cancellation, NOTIFY, and SQLite with threads."""
+
+import signal
+import time
+
+import pytest
+from django.db import connection
+
+import django_durable as durable
+from django_durable.models import Run, Status, StepAttempt, WorkerNode
+from tests.testapp.models import SideEffect
+from tests.testapp.workflows import (
+    Noop,
+    ProcessArticle,
+    WorkerAwaitsEvent,
+    WorkerBlocking,
+    WorkerHeartbeating,
+    WorkerUnaware,
+)
+from tests.worker_processes import WorkerPool, wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+# A short lease so that recovery happens within a test (heartbeat at most half of it).
+SHORT_LEASE = {"lease_seconds": 2, "heartbeat_seconds": 0.4, "poll_seconds": 0.2}
+
+
+@pytest.fixture
+def workers(tmp_path):
+    pool = WorkerPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.kill_all()
+
+
+def status_of(run_id):
+    return Run.objects.get(id=run_id).status
+
+
+def effects(run_id):
+    return sorted(SideEffect.objects.filter(run_id=run_id).values_list("step", flat=True))
+
+
+@pytest.mark.postgres
+def test_500_runs_across_3_workers_each_complete_exactly_once(workers):
+    names = ["w1", "w2", "w3"]
+    procs = [workers.start("--worker-id", n, "--concurrency", "2") for n in names]
+    for proc in procs:
+        proc.wait_for_output("listening for NOTIFY", timeout=60)
+
+    run_ids = [durable.start(ProcessArticle, {"id": i}, key=f"article:{i}") for i in range(500)]
+
+    def all_done():
+        counts = dict.fromkeys(Status.values, 0)
+        for status in Run.objects.values_list("status", flat=True):
+            counts[status] += 1
+        assert counts["failed"] == 0, Run.objects.filter(status="failed").first().error
+        return counts["completed"] == 500
+
+    wait_until(all_done, timeout=240, what="500 completed runs", interval=0.5)
+    for proc in procs:
+        proc.send(signal.SIGTERM)
+    assert [proc.wait(60) for proc in procs] == [0, 0, 0]
+
+    # The unique constraint on SideEffect would have failed a step run twice.
+    assert SideEffect.objects.count() == 1000
+    completed = StepAttempt.objects.filter(status="completed")
+    assert completed.count() == 1000
+    assert not StepAttempt.objects.exclude(status="completed").exists()
+    assert set(completed.values_list("run_id", flat=True)) == set(run_ids)
+    assert set(completed.values_list("worker_id", flat=True)) == set(names)
+    assert Run.objects.filter(holds_key=True).count() == 500
+    assert not WorkerNode.objects.exists()  # each unregistered on its clean stop
+
+
+def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(workers, tmp_path):
+    doomed = workers.start("--worker-id", "doomed", **SHORT_LEASE)
+    run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)}, key="blocking:1")
+    wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
+
+    doomed.kill()
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.worker_id, run.holds_key) == ("running", "doomed", True)
+    # Orphaned: the key is still held, a duplicate start gets the orphan back.
+    assert durable.start(WorkerBlocking, {"dir": str(tmp_path)}, key="blocking:1") == run_id
+
+    rescuer = workers.start("--worker-id", "rescuer", **SHORT_LEASE)
+    seen = set()
+
+    def finished():
+        holder = Run.objects.get(workflow="worker_blocking", key="blocking:1", holds_key=True)
+        assert holder.id == run_id  # never another holder, never no holder
+        seen.add(holder.status)
+        return holder.status == "completed"
+
+    wait_until(finished, 60, "the recovered run to complete")
+    assert "running" in seen
+    run = Run.objects.get(id=run_id)
+    assert run.holds_key and run.worker_id == "rescuer"
+    lost = StepAttempt.objects.get(run_id=run_id, status="lost")
+    assert (lost.worker_id, lost.attempt) == ("doomed", 1)
+    done = StepAttempt.objects.filter(run_id=run_id, status="completed")
+    assert set(done.values_list("worker_id", flat=True)) == {"rescuer"}
+    assert (tmp_path / "first-started-2").exists()
+    assert effects(run_id) == ["first", "second"]
+    assert "recovered 1 run(s)" in rescuer.output()
+    rescuer.send(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+
+
+def test_sigterm_finishes_the_current_step_hands_back_the_rest_and_exits_0(workers, tmp_path):
+    worker = workers.start("--worker-id", "graceful", grace_seconds=30, poll_seconds=0.2)
+    run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)}, key="graceful:1")
+    wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_output("stopping")
+    (tmp_path / "release").touch()
+    assert worker.wait(30) == 0
+
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.step_index, run.worker_id, run.holds_key) == (
+        "pending",
+        1,
+        None,
+        True,
+    )
+    assert effects(run_id) == ["first"]
+    assert "handed back" in worker.output()
+    assert not WorkerNode.objects.filter(id="graceful").exists()
+
+    # Another worker picks up where it stopped.
+    follower = workers.start("--burst")
+    assert follower.wait(60) == 0
+    assert status_of(run_id) == "completed"
+    assert effects(run_id) == ["first", "second"]
+
+
+def test_sigterm_hands_back_a_step_that_outlives_the_grace_period(workers, tmp_path):
+    worker = workers.start(grace_seconds=1, poll_seconds=0.2)
+    run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)})
+    wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
+
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    run = Run.objects.get(id=run_id)
+    assert (run.status, run.step_index, run.worker_id) == ("pending", 0, None)
+    assert "still running after the grace period" in worker.output()
+
+
+def test_a_second_signal_exits_at_once(workers, tmp_path):
+    worker = workers.start(grace_seconds=60, poll_seconds=0.2)
+    run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)})
+    wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
+
+    worker.send(signal.SIGTERM)
+    worker.wait_for_output("stopping")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(10) == 1
+    # Not handed back: the run comes back through its lease, like after a crash.
+    assert status_of(run_id) == "running"
+
+
+def test_a_cancelled_long_step_stops_at_its_next_heartbeat(workers, tmp_path):
+    worker = workers.start(**SHORT_LEASE)
+    run_id = durable.start(WorkerHeartbeating, {"dir": str(tmp_path)})
+    wait_until((tmp_path / "long-started").exists, 60, "the long step to start")
+
+    durable.cancel(run_id, reason="not needed any more")
+    wait_until(lambda: effects(run_id) == ["long-cancelled"], 30, "the step to stop")
+    wait_until(
+        lambda: StepAttempt.objects.filter(run_id=run_id, status="cancelled").exists(),
+        30,
+        "the cancelled attempt",
+    )
+    run = Run.objects.get(id=run_id)
+    assert run.status == "cancelled" and run.error["reason"] == "not needed any more"
+
+    # The thread is free again, and no later step of the cancelled run ever ran.
+    other = durable.start(Noop)
+    wait_until(lambda: status_of(other) == "completed", 30, "the next run")
+    assert effects(run_id) == ["long-cancelled"]
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_the_worker_heartbeat_notices_a_cancel_and_no_later_step_runs(workers, tmp_path):
+    worker = workers.start(**SHORT_LEASE)
+    run_id = durable.start(WorkerUnaware, {"dir": str(tmp_path)})
+    wait_until((tmp_path / "unaware-started").exists, 60, "the step to start")
+
+    durable.cancel(run_id)
+    worker.wait_for_output("was cancelled or taken over")
+    (tmp_path / "release").touch()
+    worker.wait_for_output("stopped: it is cancelled now")
+    assert effects(run_id) == ["first"]  # the step in progress ends; "second" never runs
+    assert status_of(run_id) == "cancelled"
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+@pytest.mark.postgres
+def test_notify_wakes_an_idle_worker_long_before_its_poll_interval(workers):
+    worker = workers.start("--poll-interval", "10")
+    worker.wait_for_output("listening for NOTIFY", timeout=60)
+    time.sleep(0.5)  # let it settle into its idle wait
+
+    started = time.monotonic()
+    run_id = durable.start(Noop)
+    wait_until(lambda: status_of(run_id) == "completed", 2, "the run, well before 10 s")
+    assert time.monotonic() - started < 2
+
+    # An event that resumes a waiting run wakes it up the same way.
+    waiting = durable.start(WorkerAwaitsEvent)
+    wait_until(lambda: status_of(waiting) == "waiting", 5, "the run to wait")
+    time.sleep(0.5)
+    started = time.monotonic()
+    durable.send_event(waiting, "go", "now")
+    wait_until(lambda: status_of(waiting) == "completed", 2, "the resumed run")
+    assert time.monotonic() - started < 2
+    assert effects(waiting) == ["got"]
+    worker.send(signal.SIGTERM)
+    assert worker.wait(30) == 0
+
+
+def test_one_worker_with_4_threads_completes_200_runs_then_exits_in_burst_mode(workers):
+    run_ids = [durable.start(ProcessArticle, {"id": i}) for i in range(200)]
+    worker = workers.start("--concurrency", "4", "--burst")
+    assert worker.wait(180) == 0, worker.output()
+
+    output = worker.output()
+    assert "database is locked" not in output
+    assert Run.objects.filter(id__in=run_ids, status="completed").count() == 200
+    assert SideEffect.objects.count() == 400
+    assert output.count("started: step 0") == 200
+    if connection.vendor == "sqlite":
+        assert "django_durable.W001" in output
