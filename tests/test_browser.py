@@ -11,13 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright import sync_api
 
 import django_durable as durable
 from django_durable import activity, views
 from django_durable.testing import drain
 from tests.testapp.workflows import ProcessArticle, SendInvoice, SyncAccount
-
-sync_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = os.environ.get("DURABLE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -1,20 +1,17 @@
 """OpenTelemetry spans and metrics, captured with the SDK's in-memory exporters."""
 
 import pytest
+from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 import django_durable as durable
 from django_durable import telemetry
 from django_durable.testing import drain
 from tests.testapp.workflows import Flaky, SendInvoice, SyncAccount
-
-sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
-from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
-    InMemorySpanExporter,
-)
-from opentelemetry.trace import StatusCode  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
