@@ -179,7 +179,7 @@ def run(request, run_id):
         "input_json": pretty(found.input),
         "context_json": pretty(found.context),
         "result_json": pretty(found.result) if found.result is not None else None,
-        "error_json": pretty(found.error) if found.error is not None else None,
+        "error": _describe_error(found.error),
         "key_view": keyview.build(found),
         "children": list(Run.objects.filter(parent=found).order_by("created_at")[:50]),
         "can_retry": found.status == Status.FAILED,
@@ -194,6 +194,20 @@ def run(request, run_id):
         f"Run {found.id}",
         context,
     )
+
+
+def _describe_error(error) -> dict | None:
+    """A run's error as a headline, its other fields, and the traceback apart."""
+    if error is None:
+        return None
+    if not isinstance(error, dict):
+        return {"headline": str(error), "extra": None, "traceback": None}
+    rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback")}
+    return {
+        "headline": f"{error.get('type', 'Error')}: {error.get('message', '')}",
+        "extra": pretty(rest) if rest else None,
+        "traceback": error.get("traceback"),
+    }
 
 
 def _definition(name: str):
