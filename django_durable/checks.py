@@ -44,7 +44,9 @@ def check_settings(app_configs=None, **kwargs):
     batch = values["PRUNE_BATCH_SIZE"]
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         errors.append(
-            Error("DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005")
+            Error(
+                "DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005"
+            )
         )
     if not errors and values["HEARTBEAT_INTERVAL"] * 2 > values["LEASE"]:
         errors.append(

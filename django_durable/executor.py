@@ -5,6 +5,7 @@ through ``store``, fenced by the claim, and a finished run is handed to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from collections.abc import Callable
@@ -72,10 +73,8 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             output = step(instance, ctx)
             check_json(output, f"the return value of step {step.name}")
         except Suspend as wait:
-            try:
+            with contextlib.suppress(store.LeaseLost):
                 store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
-            except store.LeaseLost:
-                pass
             return executed
         except Cancelled:
             _record_cancelled(run, step.name, started_at)
@@ -97,7 +96,11 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             else:
                 logger.info(
                     "run %s (%s) step %s failed, attempt %d at %s",
-                    run.id, run.workflow, step.name, run.attempt, retry_at,
+                    run.id,
+                    run.workflow,
+                    step.name,
+                    run.attempt,
+                    retry_at,
                 )
             return executed
 

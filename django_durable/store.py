@@ -152,16 +152,13 @@ def get_waiting_behind(workflow: str, key: str, *, lock: bool = False) -> Run | 
     runs = Run.objects.only(*HOLDER_FIELDS, "runs_after", "queue")
     if lock:
         runs = runs.select_for_update()
-    return (
-        runs.filter(
-            workflow=workflow,
-            key=key,
-            holds_key=False,
-            runs_after__isnull=False,
-            status=Status.PENDING,
-        )
-        .first()
-    )
+    return runs.filter(
+        workflow=workflow,
+        key=key,
+        holds_key=False,
+        runs_after__isnull=False,
+        status=Status.PENDING,
+    ).first()
 
 
 def update_waiting_input(run_id: uuid.UUID, input: dict) -> None:
@@ -171,7 +168,10 @@ def update_waiting_input(run_id: uuid.UUID, input: dict) -> None:
 def move_waiting_behind(workflow: str, key: str, holder_id: uuid.UUID) -> None:
     """The run waiting behind a replaced holder waits behind its replacement instead."""
     Run.objects.filter(
-        workflow=workflow, key=key, status=Status.PENDING, holds_key=False,
+        workflow=workflow,
+        key=key,
+        status=Status.PENDING,
+        holds_key=False,
         runs_after__isnull=False,
     ).exclude(id=holder_id).update(runs_after=holder_id)
 
@@ -185,7 +185,9 @@ def active_children(parent_id: uuid.UUID) -> list[uuid.UUID]:
 
 
 def wait_behind(run_id: uuid.UUID, holder_id: uuid.UUID) -> None:
-    Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(runs_after=holder_id)
+    Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(
+        runs_after=holder_id
+    )
 
 
 def take_key_and_run(run_id: uuid.UUID, *, timeout: timedelta | None) -> bool:
@@ -209,7 +211,12 @@ def waiting_behind_finished() -> list[tuple[str, str]]:
     waiting = Run.objects.filter(
         status=Status.PENDING, holds_key=False, runs_after__isnull=False
     ).exclude(
-        runs_after__status__in=[Status.PENDING, Status.RUNNING, Status.WAITING, Status.COMPENSATING],
+        runs_after__status__in=[
+            Status.PENDING,
+            Status.RUNNING,
+            Status.WAITING,
+            Status.COMPENSATING,
+        ],
         runs_after__holds_key=True,
     )
     return list(waiting.values_list("workflow", "key")[:500])
@@ -270,7 +277,9 @@ def resume_failed(run_id: uuid.UUID) -> bool:
 # --- claiming -------------------------------------------------------------------
 
 
-def claim(*, worker_id: str, queues: Sequence[str] | None, limit: int, lease: timedelta) -> list[Run]:
+def claim(
+    *, worker_id: str, queues: Sequence[str] | None, limit: int, lease: timedelta
+) -> list[Run]:
     """Claim up to ``limit`` due runs, oldest due first, in one statement.
 
     On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so
@@ -450,7 +459,11 @@ def record_suspended(
             raise LeaseLost(run.id)
         state = dict(locked.state or {})
         state["waits"] = waits
-        state["pending"] = {"kind": wait.kind, "name": wait.name, "timeout_value": wait.timeout_value}
+        state["pending"] = {
+            "kind": wait.kind,
+            "name": wait.name,
+            "timeout_value": wait.timeout_value,
+        }
         received = dict(state.get("received", {}))
         kept = None
         if wait.kind == "event":
@@ -465,7 +478,11 @@ def record_suspended(
             # An event sent before the run waited for it: deliver the newest now.
             received[slot] = kept.payload
             Event.objects.filter(id=kept.id).update(delivered_at=now())
-            changes: dict[str, Any] = {"status": Status.PENDING, "due_at": now(), "waiting_for": None}
+            changes: dict[str, Any] = {
+                "status": Status.PENDING,
+                "due_at": now(),
+                "waiting_for": None,
+            }
         else:
             due = wait.until
             if run.timeout_at is not None and (due is None or run.timeout_at < due):
@@ -504,13 +521,19 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
                 status=Status.PENDING, due_at=now(), waiting_for=None, state=state
             )
             Event.objects.create(
-                run_id=run_id, kind=kind, name=name, payload=payload, created_at=now(),
+                run_id=run_id,
+                kind=kind,
+                name=name,
+                payload=payload,
+                created_at=now(),
                 delivered_at=now(),
             )
             notify_due(run.queue)  # wake an idle worker for the resumed run
             return "delivered"
         if keep and run.status not in FINISHED_STATUSES:
-            Event.objects.create(run_id=run_id, kind=kind, name=name, payload=payload, created_at=now())
+            Event.objects.create(
+                run_id=run_id, kind=kind, name=name, payload=payload, created_at=now()
+            )
             return "kept"
         return "refused"
 
@@ -601,12 +624,13 @@ def prune_runs(before: datetime, batch_size: int) -> int:
 def prune_activity(before: datetime, batch_size: int) -> int:
     total = 0
     while True:
-        ids = list(Activity.objects.filter(created_at__lt=before).values_list("id", flat=True)[:batch_size])
+        ids = list(
+            Activity.objects.filter(created_at__lt=before).values_list("id", flat=True)[:batch_size]
+        )
         if not ids:
             return total
         Activity.objects.filter(id__in=ids).delete()
         total += len(ids)
-
 
 
 # --- worker ---------------------------------------------------------------------
@@ -616,7 +640,12 @@ def prune_activity(before: datetime, batch_size: int) -> int:
 
 
 def register_worker(
-    worker_id: str, *, hostname: str, pid: int, queues: list[str], concurrency: int,
+    worker_id: str,
+    *,
+    hostname: str,
+    pid: int,
+    queues: list[str],
+    concurrency: int,
     stale_before: datetime,
 ) -> bool:
     """Record a live worker; False when a worker with this id heartbeated after ``stale_before``

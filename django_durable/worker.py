@@ -116,6 +116,8 @@ class Worker:
         for warning in checks.sqlite_concurrency_warning(self.concurrency, connection.vendor):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
+        if not connection.in_atomic_block:
+            connection.close()  # this thread only waits from now on; the others have their own
         restore = self._install_signal_handlers() if install_signal_handlers else None
         threads = [
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
@@ -156,8 +158,10 @@ class Worker:
         finally:
             if restore:
                 restore()
+        # Threads still in a step past the grace period are left behind (daemons).
+        deadline = time.monotonic() + 2
         for thread in threads:
-            thread.join(timeout=2)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         connections.close_all()
         logger.info("worker %s stopped (%d runs executed)", self.worker_id, self.runs_executed)
         return 1 if self._failed else 0
@@ -355,7 +359,7 @@ class Worker:
                 steps = executor.execute(
                     run, should_stop=lambda: self._stopping.is_set() or run.lease_lost
                 )
-        except Exception:
+        except BaseException:  # even SystemExit from a step must not end this thread
             logger.exception("run %s (%s): executing it failed", run.id, run.workflow)
             store.reset_connection_after_error()
         outcome = run.status

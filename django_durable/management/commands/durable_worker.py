@@ -100,8 +100,8 @@ class Command(BaseCommand):
     def _configure_logging(self, verbosity: int) -> None:
         """Show the worker's lifecycle on stderr unless the project configured logging for it."""
         package = logging.getLogger("django_durable")
-        package.setLevel(LEVELS.get(verbosity, logging.DEBUG))
         if not package.hasHandlers():
+            package.setLevel(LEVELS.get(verbosity, logging.DEBUG))
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter(LOG_FORMAT))
             package.addHandler(handler)
