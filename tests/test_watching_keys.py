@@ -171,3 +171,13 @@ def test_key_lookups_use_indexes(big_table):
     assert "durable_run_key" in _plan(Run.objects.filter(key__startswith="item:42"))
     readds = query.readds("workflow_1", "item:1", since=timezone.now() - timedelta(days=1))
     assert "durable_activity_readds" in _plan(readds.order_by())
+
+
+def test_list_executions_by_key_marks_the_holder():
+    failed = durable.start(ProcessArticle, {"id": 8, "fail": True}, key="article:8")
+    drain()
+    holder = durable.start(ProcessArticle, {"id": 8}, key="article:8")
+    durable.start(ProcessArticle, {"id": 9}, key="article:9")
+    runs = list(durable.list_executions(key="article:8"))
+    assert [(r.id, r.holds_key) for r in runs] == [(holder, True), (failed, False)]
+    assert list(durable.list_executions(key="article:8", status="failed")) == [runs[1]]
