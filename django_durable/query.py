@@ -166,23 +166,6 @@ def status_counts(workflow: str | None = None) -> dict[str, int]:
     return dict(rows)
 
 
-def workflow_names() -> list[str]:
-    """Names of the defined workflows and of any workflow that has runs."""
-    from .definition import registry
-
-    return sorted({w.name for w in registry.all()} | _workflows_with_runs())
-
-
 def _workflows_with_keys() -> list[str]:
-    return sorted(
-        Run.objects.filter(key__isnull=False)
-        .order_by()
-        .values_list("workflow", flat=True)
-        .distinct()
-    )
-
-
-def _workflows_with_runs() -> set[str]:
-    # A loose index scan would be faster on huge tables; the set of workflows is
-    # small and this reads the (workflow, status) index only.
-    return set(Run.objects.order_by().values_list("workflow", flat=True).distinct())
+    keyed = Run.objects.filter(key__isnull=False).order_by()
+    return sorted(keyed.values_list("workflow", flat=True).distinct())
