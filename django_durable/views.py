@@ -237,6 +237,7 @@ def workflow(request, name):
         "key_rows": key_rows,
         "recent_runs": list(query.runs_of(name)[:10]),
     }
+    _add_bars(context["key_stats"])
     return _render(
         request,
         "django_durable/workflow.html",
