@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Count
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import TruncHour
 
 from . import store
@@ -40,12 +41,19 @@ def keys(workflow: str | None = None) -> dict:
 
     by_outcome: dict[str, int] = {}
     dropped = 0
-    rows = duplicates.values_list("details__outcome", "details__input_changed").annotate(
-        n=Count("*")
+    # Text extraction (->>) groups about twice as fast as grouping JSON values.
+    rows = (
+        duplicates.annotate(
+            outcome=KeyTextTransform("outcome", "details"),
+            changed=KeyTextTransform("input_changed", "details"),
+        )
+        .values_list("outcome", "changed")
+        .annotate(n=Count("*"))
     )
     for outcome, changed, n in rows:
         by_outcome[outcome] = by_outcome.get(outcome, 0) + n
-        if outcome in DROPPING_OUTCOMES and changed is True:
+        # PostgreSQL gives the text 'true', SQLite the number 1.
+        if outcome in DROPPING_OUTCOMES and changed in ("true", 1, True):
             dropped += n
 
     top = (
