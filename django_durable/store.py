@@ -685,14 +685,15 @@ def forget_dead_workers(before: datetime) -> int:
 
 def renew_leases(
     worker_id: str, owned: Sequence[tuple[uuid.UUID, int]], lease: timedelta
-) -> set[uuid.UUID]:
+) -> dict[uuid.UUID, tuple[str, int] | None]:
     """Extend the leases of the runs a worker executes, each fenced by its claim.
 
-    Returns the ids it no longer owns (cancelled, recovered by another worker,
-    finished). One statement when nothing was lost, two otherwise.
+    Returns the runs it no longer owns, each with its current ``(status, fence)``
+    (None if deleted): cancelled, recovered by another worker, or just finished.
+    One statement when nothing was lost, two otherwise.
     """
     if not owned:
-        return set()
+        return {}
     claims = Q()
     for run_id, fence in owned:
         claims |= Q(id=run_id, fence=fence)
@@ -700,9 +701,16 @@ def renew_leases(
         claims, worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
     )
     if still.update(lease_expires_at=now() + lease) == len(owned):
-        return set()
+        return {}
     kept = set(still.values_list("id", flat=True))
-    return {run_id for run_id, _fence in owned} - kept
+    lost = {run_id for run_id, _fence in owned} - kept
+    found = {
+        run_id: (status, fence)
+        for run_id, status, fence in Run.objects.filter(id__in=lost).values_list(
+            "id", "status", "fence"
+        )
+    }
+    return {run_id: found.get(run_id) for run_id in lost}
 
 
 def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:

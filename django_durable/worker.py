@@ -416,16 +416,23 @@ class Worker:
             self.worker_id, [(h.run.id, h.fence) for h in holding], self.lease
         )
         for h in holding:
-            if h.run.id in lost and not getattr(h.run, "lease_lost", False):
-                h.run.lease_lost = True
-                if h.run.status == Status.RUNNING:
-                    logger.info(
-                        "run %s (%s) was cancelled or taken over; its step stops at its "
-                        "next ctx.heartbeat() and no later step runs",
-                        h.run.id,
-                        h.run.workflow,
-                    )
-        return lost
+            if h.run.id not in lost or getattr(h.run, "lease_lost", False):
+                continue
+            h.run.lease_lost = True
+            status, fence = lost[h.run.id] or ("deleted", None)
+            if status == Status.CANCELLED:
+                why = "was cancelled"
+            elif fence != h.fence or status == "deleted":
+                why = f"was taken over ({status})"
+            else:
+                continue  # it just finished or suspended: nothing to say
+            logger.info(
+                "run %s (%s) %s; its step stops at its next ctx.heartbeat() and no later step runs",
+                h.run.id,
+                h.run.workflow,
+                why,
+            )
+        return set(lost)
 
     # --- shutdown --------------------------------------------------------------
 

@@ -84,6 +84,7 @@ def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(
     doomed.kill()
     run = Run.objects.get(id=run_id)
     assert (run.status, run.worker_id, run.holds_key) == ("running", "doomed", True)
+    lease_ran_out_at = run.lease_expires_at
     # Orphaned: the key is still held, a duplicate start gets the orphan back.
     assert durable.start(WorkerBlocking, {"dir": str(tmp_path)}, key="blocking:1") == run_id
 
@@ -102,6 +103,7 @@ def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(
     assert run.holds_key and run.worker_id == "rescuer"
     lost = StepAttempt.objects.get(run_id=run_id, status="lost")
     assert (lost.worker_id, lost.attempt) == ("doomed", 1)
+    assert lost.started_at >= lease_ran_out_at  # recovered only once the lease ran out
     done = StepAttempt.objects.filter(run_id=run_id, status="completed")
     assert set(done.values_list("worker_id", flat=True)) == {"rescuer"}
     assert (tmp_path / "first-started-2").exists()
@@ -193,7 +195,7 @@ def test_the_worker_heartbeat_notices_a_cancel_and_no_later_step_runs(workers, t
     wait_until((tmp_path / "unaware-started").exists, 60, "the step to start")
 
     durable.cancel(run_id)
-    worker.wait_for_output("was cancelled or taken over")
+    worker.wait_for_output("was cancelled; its step stops")
     (tmp_path / "release").touch()
     worker.wait_for_output("stopped: it is cancelled now")
     assert effects(run_id) == ["first"]  # the step in progress ends; "second" never runs
