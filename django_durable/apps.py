@@ -11,7 +11,9 @@ class DurableConfig(AppConfig):
         # Only imports: workflows register themselves, checks register with Django.
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks  # noqa: F401
+        from . import checks, telemetry  # noqa: F401
+
+        telemetry.install()  # OpenTelemetry receivers; a no-op without opentelemetry-api
 
         autodiscover_modules("workflows")
 

@@ -152,8 +152,27 @@ class Run(models.Model):
                 name="durable_run_lease",
             ),
             # Every run started with a key (list_executions, the Key view).
-            models.Index(fields=["key", "workflow"], name="durable_run_key"),
+            # pattern ops: also serves key prefix searches (LIKE 'article:%') on PostgreSQL.
+            models.Index(
+                fields=["key", "workflow"],
+                opclasses=["varchar_pattern_ops", "varchar_pattern_ops"],
+                name="durable_run_key",
+            ),
             models.Index(fields=["workflow", "status"], name="durable_run_workflow_status"),
+            # The dashboard's runs list: newest first.
+            models.Index(fields=["-created_at"], name="durable_run_created"),
+            # The Keys page and list_keys(): keys grouped in (workflow, key) order.
+            models.Index(
+                fields=["workflow", "key"],
+                condition=Q(key__isnull=False),
+                name="durable_run_workflow_key",
+            ),
+            # The Keys page filtered by the holder's status.
+            models.Index(
+                fields=["status", "workflow", "key"],
+                condition=Q(holds_key=True),
+                name="durable_run_held_status",
+            ),
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
@@ -286,6 +305,12 @@ class Activity(models.Model):
             models.Index(fields=["kind", "created_at"], name="durable_activity_kind"),
             models.Index(fields=["run_id"], name="durable_activity_run"),
             models.Index(fields=["workflow", "key"], name="durable_activity_key"),
+            # Re-adds of a key in a period (list_keys, the Keys page, stats).
+            models.Index(
+                fields=["workflow", "key", "created_at"],
+                condition=Q(kind="key_duplicate"),
+                name="durable_activity_readds",
+            ),
         ]
 
     def __str__(self):
