@@ -30,8 +30,9 @@ test-postgres: install
 test-sqlite: install
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest $(PYTEST_ARGS)
 
+# The example project on SQLite: a worker, traffic with duplicates, and the dashboard.
 demo: install
-	$(BIN)/python manage.py durable_demo
+	PYTHON=$(BIN)/python bash scripts/demo.sh
 
 lint: install
 	$(BIN)/ruff check .

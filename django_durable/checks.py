@@ -84,3 +84,31 @@ def sqlite_concurrency_warning(concurrency: int, vendor: str) -> list[Warning]:
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_sqlite_transactions(app_configs=None, **kwargs):
+    return sqlite_transaction_warnings(settings.DATABASES)
+
+
+def sqlite_transaction_warnings(databases: dict) -> list[Warning]:
+    """On SQLite, a worker and a web process write the same file. Deferred transactions
+    that read before they write fail with "database is locked" instead of waiting;
+    IMMEDIATE transactions take the write lock up front and wait their turn."""
+    warnings = []
+    for alias, config in databases.items():
+        if config.get("ENGINE") != "django.db.backends.sqlite3":
+            continue
+        if (config.get("OPTIONS") or {}).get("transaction_mode") != "IMMEDIATE":
+            warnings.append(
+                Warning(
+                    f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
+                    hint=(
+                        f'Set DATABASES["{alias}"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                        '(and "timeout": 30) so django-durable\'s short transactions wait '
+                        "for each other instead of failing with 'database is locked'."
+                    ),
+                    id="django_durable.W002",
+                )
+            )
+    return warnings

@@ -156,3 +156,23 @@ class Context:
             self._waits.append(received[slot])
             return received[slot]
         raise Suspend(kind, name, until, timeout_value)
+
+    # --- children and parallel branches (children.py) ---------------------------
+
+    def call_workflow(
+        self, workflow: Any, input: dict | None = None, *, key: str | None = None
+    ) -> Any:
+        """Start ``workflow`` as a child run (no key unless ``key=`` is given) and
+        return its result; raises ``durable.ChildFailed`` if it doesn't complete.
+        The run waits without holding a worker; the same child is found again when
+        the step runs again."""
+        from . import children
+
+        return children.call_workflow(self, workflow, input, key=key)
+
+    def parallel(self, branches: list, *, mode: str = "fail_fast") -> list[Any]:
+        """Run ``branches`` (workflows or ``(workflow, input)`` pairs) as child runs
+        at once and return their results in order. See ``durable.parallel``."""
+        from . import children
+
+        return children.parallel(self, branches, mode=mode)

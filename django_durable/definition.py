@@ -49,6 +49,17 @@ class Cron:
     name: str | None = None
     timezone: str = "UTC"
 
+    def validate(self) -> None:
+        """Raise ``ValueError`` (or ``TypeError``) for a bad expression, timezone or key."""
+        from .cron import check_cron, check_timezone
+
+        check_cron(self.cron)
+        check_timezone(self.timezone)
+        if self.key is not None and (not isinstance(self.key, str) or not self.key):
+            raise ValueError(f"a schedule key is a non-empty string, got {self.key!r}")
+        if self.input is not None and not isinstance(self.input, dict):
+            raise TypeError(f"a schedule input is a dict, got {type(self.input).__name__}")
+
 
 class StepDef:
     """One step of a workflow, in definition order."""
@@ -61,10 +72,24 @@ class StepDef:
         backoff: timedelta | float = timedelta(seconds=1),
         max_backoff: timedelta | float = DEFAULT_MAX_BACKOFF,
         compensate: str | None = None,
+        compensate_retries: int | None = None,
     ):
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ImproperlyConfigured(
                 f"step {fn.__name__}: retries must be a whole number >= 0, got {retries!r}"
+            )
+        if compensate is not None and (not isinstance(compensate, str) or not compensate):
+            raise ImproperlyConfigured(
+                f"step {fn.__name__}: compensate must name a method, got {compensate!r}"
+            )
+        if compensate_retries is not None and (
+            not isinstance(compensate_retries, int)
+            or isinstance(compensate_retries, bool)
+            or compensate_retries < 0
+        ):
+            raise ImproperlyConfigured(
+                f"step {fn.__name__}: compensate_retries must be a whole number >= 0, "
+                f"got {compensate_retries!r}"
             )
         try:
             self.backoff = as_timedelta(backoff, f"step {fn.__name__}: backoff")
@@ -75,6 +100,8 @@ class StepDef:
         self.name = fn.__name__
         self.retries = retries
         self.compensate = compensate
+        # A compensation retries like its step unless told otherwise.
+        self.compensate_retries = retries if compensate_retries is None else compensate_retries
         self.__doc__ = fn.__doc__
 
     def delay_before(self, attempt: int) -> timedelta:
@@ -245,3 +272,7 @@ def _check_definition(cls: type[Workflow]) -> None:
     for cron in cls.schedules:
         if not isinstance(cron, Cron):
             raise ImproperlyConfigured(f"{where}: schedules must hold durable.Cron objects")
+        try:
+            cron.validate()
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"{where}: {exc}") from None

@@ -51,3 +51,43 @@ class NotWaiting(DurableError):
 
 class Cancelled(DurableError):
     """Raised inside a step (by ``ctx.heartbeat()``) when the run was cancelled."""
+
+
+class ChildFailed(DurableError):
+    """A child run (``ctx.call_workflow``) ended without completing.
+
+    ``run_id`` is the child's id, ``status`` how it ended (``failed``,
+    ``cancelled``, ``compensated``, ``compensation_failed``) and ``error`` its error.
+    """
+
+    def __init__(self, run_id: uuid.UUID, status: str, error=None, message: str | None = None):
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+        super().__init__(message or f"child run {run_id} ended {status}")
+
+    def __reduce__(self):
+        return (type(self), (self.run_id, self.status, self.error, str(self)))
+
+
+class ParallelFailed(ChildFailed):
+    """A branch of ``durable.parallel`` ended without completing.
+
+    ``outcomes`` lists every branch in order, each a dict with ``run_id``,
+    ``status``, ``result`` and ``error``; ``run_id``/``status``/``error`` are
+    those of the first branch that failed.
+    """
+
+    def __init__(self, outcomes: list[dict], message: str | None = None):
+        self.outcomes = outcomes
+        first = next(o for o in outcomes if o["status"] != "completed")
+        failed = sum(1 for o in outcomes if o["status"] != "completed")
+        super().__init__(
+            first["run_id"],
+            first["status"],
+            first["error"],
+            message or f"{failed} of {len(outcomes)} parallel branches did not complete",
+        )
+
+    def __reduce__(self):
+        return (type(self), (self.outcomes, str(self)))

@@ -5,13 +5,12 @@ through ``store``, fenced by the claim, and a finished run is handed to
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import store
+from . import children, compensation, store
 from .context import Context, Suspend, check_json, event_slot
 from .definition import Workflow, registry
 from .exceptions import Cancelled
@@ -56,6 +55,8 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
     except LookupError as exc:
         return _fail_outside_steps(run, describe_error(exc))
 
+    if run.status == Status.COMPENSATING:
+        return compensation.compensate(workflow, run)
     instance: Workflow = workflow()
     waits = _resume_waits(run)
     executed = 0
@@ -63,20 +64,28 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
         if should_stop is not None and should_stop():
             return executed
         if run.timeout_at is not None and store.now() >= run.timeout_at:
-            return executed + _fail_outside_steps(
-                run,
-                {"type": "Timeout", "message": f"the run passed its timeout ({workflow.timeout})"},
-            )
+            timeout_error = {
+                "type": "Timeout",
+                "message": f"the run passed its timeout ({workflow.timeout})",
+            }
+            if to_undo := compensation.pending_for(workflow, run):
+                return executed + compensation.begin(workflow, run, to_undo, timeout_error)
+            return executed + _fail_outside_steps(run, timeout_error)
         step = workflow.steps[run.step_index]
         ctx = Context(run, waits=waits)
         started_at = store.now()
         executed += 1
         try:
-            output = step(instance, ctx)
+            with children.current_step(ctx):
+                output = step(instance, ctx)
             check_json(output, f"the return value of step {step.name}")
         except Suspend as wait:
-            with contextlib.suppress(store.LeaseLost):
+            try:
                 store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
+            except store.LeaseLost:
+                return executed
+            if wait.kind == "children":
+                children.after_suspend(run.id)
             return executed
         except Cancelled:
             _record_cancelled(run, step.name, started_at)
@@ -88,6 +97,10 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             retry_at = None
             if run.attempt <= step.retries:
                 retry_at = store.now() + step.delay_before(run.attempt + 1)
+            elif to_undo := compensation.pending_for(workflow, run):
+                return executed + compensation.begin(
+                    workflow, run, to_undo, error, step_name=step.name, started_at=started_at
+                )
             try:
                 store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
             except store.LeaseLost:

@@ -45,6 +45,7 @@ def run_finished(run: Run) -> None:
     announce_finished(run)
     if run.key is not None:
         promote_waiting(run.workflow, run.key)
+    children_on_run_finished(run)
 
 
 def promote_waiting(workflow_name: str, key: str) -> None:
@@ -114,4 +115,18 @@ def sweep_waiting() -> int:
     stuck = store.waiting_behind_finished()
     for workflow_name, key in stuck:
         promote_waiting(workflow_name, key)
+    children_sweep()
     return len(stuck)
+
+
+def children_on_run_finished(run: Run) -> None:
+    """Parents and children (children.py): wake the parent, cancel orphans."""
+    from . import children
+
+    children.on_run_finished(run)
+
+
+def children_sweep() -> int:
+    from . import children
+
+    return children.sweep()

@@ -37,8 +37,10 @@ FINISHED_STATUSES = frozenset(
         Status.COMPENSATION_FAILED,
     }
 )
-# Statuses a worker may claim (when the run is due).
-CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING)
+# Statuses a worker may claim (when the run is due). A compensating run is due
+# only while no worker owns it (between compensation attempts, or recovered from
+# a dead worker); a claim keeps it compensating.
+CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING, Status.COMPENSATING)
 
 
 class RunQuerySet(models.QuerySet):
@@ -150,8 +152,27 @@ class Run(models.Model):
                 name="durable_run_lease",
             ),
             # Every run started with a key (list_executions, the Key view).
-            models.Index(fields=["key", "workflow"], name="durable_run_key"),
+            # pattern ops: also serves key prefix searches (LIKE 'article:%') on PostgreSQL.
+            models.Index(
+                fields=["key", "workflow"],
+                opclasses=["varchar_pattern_ops", "varchar_pattern_ops"],
+                name="durable_run_key",
+            ),
             models.Index(fields=["workflow", "status"], name="durable_run_workflow_status"),
+            # The dashboard's runs list: newest first.
+            models.Index(fields=["-created_at"], name="durable_run_created"),
+            # The Keys page and list_keys(): keys grouped in (workflow, key) order.
+            models.Index(
+                fields=["workflow", "key"],
+                condition=Q(key__isnull=False),
+                name="durable_run_workflow_key",
+            ),
+            # The Keys page filtered by the holder's status.
+            models.Index(
+                fields=["status", "workflow", "key"],
+                condition=Q(holds_key=True),
+                name="durable_run_held_status",
+            ),
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
@@ -284,6 +305,12 @@ class Activity(models.Model):
             models.Index(fields=["kind", "created_at"], name="durable_activity_kind"),
             models.Index(fields=["run_id"], name="durable_activity_run"),
             models.Index(fields=["workflow", "key"], name="durable_activity_key"),
+            # Re-adds of a key in a period (list_keys, the Keys page, stats).
+            models.Index(
+                fields=["workflow", "key", "created_at"],
+                condition=Q(kind="key_duplicate"),
+                name="durable_activity_readds",
+            ),
         ]
 
     def __str__(self):
@@ -302,11 +329,20 @@ class Schedule(models.Model):
     last_fired_at = models.DateTimeField(null=True, blank=True)
     last_run_id = models.UUIDField(null=True, blank=True)
     failures = models.PositiveIntegerField(default=0)
+    # Declared on a workflow class (``schedules = [Cron(...)]``): kept in sync with
+    # the code, and deleted when the declaration goes away.
+    declared = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=now)
 
     class Meta:
         db_table = "durable_schedule"
         ordering = ["name"]
+        indexes = [
+            # The scheduler's claim: enabled schedules by next fire time.
+            models.Index(
+                fields=["next_fire_at"], condition=Q(enabled=True), name="durable_schedule_due"
+            ),
+        ]
 
     def __str__(self):
         return self.name

@@ -28,7 +28,13 @@ from .exceptions import (
     NotWaiting,
 )
 from .keys import Action
-from .lifecycle import announce_finished, run_finished, send_after_commit, workflow_class
+from .lifecycle import (
+    announce_finished,
+    run_finished,
+    send_after_commit,
+    sweep_waiting,
+    workflow_class,
+)
 from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
 
 MAX_CHANGES_OF_HANDS = 3
@@ -497,18 +503,22 @@ def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool) -> None:
 
 
 def prunable_runs(older_than: timedelta | None = None):
-    """The finished runs ``prune(older_than)`` would delete."""
+    """The finished top-level runs past retention (``prune`` also skips those with
+    a descendant still going; it deletes children with their parent)."""
     retention = older_than if older_than is not None else conf.get("RUN_RETENTION")
     if retention is None:
         return Run.objects.none()
     return store.prunable(store.now() - retention)
 
 
-def prune(older_than: timedelta | None = None) -> int:
+def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     """Delete finished runs past retention (freeing their keys) and old activity.
 
-    Returns how many runs were deleted. ``older_than`` overrides
-    ``DURABLE["RUN_RETENTION"]``.
+    Returns how many runs were deleted, children (deleted with their parent) included.
+    ``older_than`` overrides ``DURABLE["RUN_RETENTION"]``; a run that is still
+    going is never deleted, nor one a ``run_again`` run still waits behind.
+    ``dry_run`` counts and deletes nothing. Deletes in batches of
+    ``DURABLE["PRUNE_BATCH_SIZE"]``, one short transaction each.
     """
     settings = conf.durable_settings()
     retention = older_than if older_than is not None else settings["RUN_RETENTION"]
@@ -516,7 +526,11 @@ def prune(older_than: timedelta | None = None) -> int:
     at = store.now()
     pruned = 0
     if retention is not None:
-        pruned = store.prune_runs(at - retention, batch)
-    if settings["ACTIVITY_RETENTION"] is not None:
+        if not dry_run:
+            # A finished holder that a run_again run still waits behind hands its
+            # key on first (as the worker's sweep would), so pruning it strands no one.
+            sweep_waiting()
+        pruned = store.prune_runs(at - retention, batch, dry_run=dry_run)
+    if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
         store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
     return pruned

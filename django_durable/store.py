@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from . import conf
@@ -26,6 +26,7 @@ from .models import (
     Activity,
     Event,
     Run,
+    Schedule,
     Status,
     StepAttempt,
     WorkerNode,
@@ -427,14 +428,19 @@ def claim(
     at = now()
     ops = connection.ops
     table = _qn(Run._meta.db_table)
+    # A claimed compensating run stays compensating (cancel() must keep refusing
+    # it) and stops being due while it is owned.
     params: list[Any] = [
+        Status.COMPENSATING,
+        Status.COMPENSATING,
         Status.RUNNING,
+        Status.COMPENSATING,
         worker_id,
         ops.adapt_datetimefield_value(at + lease),
         ops.adapt_datetimefield_value(at),
     ]
     where = [
-        f"{_qn('status')} IN (%s, %s)",
+        f"{_qn('status')} IN ({', '.join(['%s'] * len(CLAIMABLE_STATUSES))})",
         f"{_qn('due_at')} IS NOT NULL",
         f"{_qn('due_at')} <= %s",
     ]
@@ -444,7 +450,9 @@ def claim(
         inner_params.extend(queues)
     lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
     sql = (
-        f"UPDATE {table} SET {_qn('status')} = %s, {_qn('worker_id')} = %s, "
+        f"UPDATE {table} SET {_qn('status')} = CASE WHEN {_qn('status')} = %s THEN %s "
+        f"ELSE %s END, {_qn('due_at')} = CASE WHEN {_qn('status')} = %s THEN NULL "
+        f"ELSE {_qn('due_at')} END, {_qn('worker_id')} = %s, "
         f"{_qn('lease_expires_at')} = %s, {_qn('fence')} = {_qn('fence')} + 1, "
         f"{_qn('started_at')} = COALESCE({_qn('started_at')}, %s) "
         f"WHERE {_qn('id')} IN (SELECT {_qn('id')} FROM {table} WHERE {' AND '.join(where)} "
@@ -456,7 +464,7 @@ def claim(
             runs = [_run_from_row(row) for row in cursor.fetchall()]
     else:  # SQLite needs the backend's datetime converters: let the ORM apply them
         runs = list(Run.objects.raw(sql, [*params, *inner_params, limit]))
-    runs.sort(key=lambda r: (r.due_at, r.created_at))
+    runs.sort(key=lambda r: (r.due_at or at, r.created_at))
     return runs
 
 
@@ -529,9 +537,11 @@ def _attempt(run: Run, step_name: str, status: str, started_at: datetime, **fiel
 
 
 def _state_between_steps(state: dict | None) -> dict:
-    """A step that completed or failed leaves no waits behind; events received stay."""
-    received = (state or {}).get("received")
-    return {"received": received} if received else {}
+    """A step that completed or failed leaves no waits behind. Events received stay
+    (one per name for the whole run), and so do the children each call started, so a
+    retried step finds the children that completed instead of starting them again."""
+    state = state or {}
+    return {name: state[name] for name in ("received", "children") if state.get(name)}
 
 
 _RECORD_SQL: dict[tuple, str] = {}
@@ -680,7 +690,7 @@ def record_suspended(
     The run row is locked so that an event sent at the same moment is either
     seen here (kept, then delivered at once) or finds the run waiting.
     """
-    slot = None if wait.kind == "sleep" else f"{wait.kind}:{wait.name}"
+    slot = None if wait.kind in ("sleep", "children") else f"{wait.kind}:{wait.name}"
     with transaction.atomic():
         locked = _owned(run).select_for_update().only("id", "state").first()
         if locked is None:
@@ -718,7 +728,7 @@ def record_suspended(
             changes = {
                 "status": Status.WAITING,
                 "due_at": due,
-                "waiting_for": slot or "sleep",
+                "waiting_for": slot or wait.kind,
             }
         state["received"] = received
         changes.update(state=state, context=context, worker_id=None, lease_expires_at=None)
@@ -772,6 +782,8 @@ def record_attempt_cancelled(run: Run, step_name: str, started_at: datetime) -> 
 
 def hand_back(run: Run) -> bool:
     """Return a claimed run to ``pending`` so another worker takes it (shutdown)."""
+    if run.status == Status.COMPENSATING:
+        return hand_back_compensating(run)
     return bool(
         _owned(run).update(
             status=Status.PENDING, worker_id=None, lease_expires_at=None, due_at=now()
@@ -789,6 +801,7 @@ def recover_expired_leases() -> list[uuid.UUID]:
     record over its new owner even if it comes back.
     """
     at = now()
+    recovered = recover_expired_compensations()
     with transaction.atomic():
         expired = list(
             Run.objects.select_for_update(skip_locked=True)
@@ -796,7 +809,7 @@ def recover_expired_leases() -> list[uuid.UUID]:
             .values_list("id", "step_index", "attempt", "workflow", "worker_id")[:500]
         )
         if not expired:
-            return []
+            return recovered
         ids = [row[0] for row in expired]
         Run.objects.filter(id__in=ids, status=Status.RUNNING).update(
             status=Status.PENDING,
@@ -819,44 +832,92 @@ def recover_expired_leases() -> list[uuid.UUID]:
             )
             for run_id, step_index, attempt, _workflow, worker in expired
         )
-    return ids
+    return ids + recovered
 
 
 # --- pruning --------------------------------------------------------------------
 
 
 def prunable(before: datetime):
-    """Finished runs that finished before ``before`` (children only with their parent).
+    """Finished top-level runs that finished before ``before``.
 
-    Deleting a run cascades to its children, so a run with a child still going
-    is kept until the child finishes.
+    A child goes with its parent, never alone, so a parent's record of its
+    children stays whole. A run another run still waits behind (``run_again``)
+    stays until the key has moved on to that run.
     """
-    return (
-        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__lt=before)
-        .filter(Q(parent__isnull=True) | Q(parent__status__in=FINISHED_STATUSES))
-        .exclude(children__status__in=ACTIVE_STATUSES)
+    waiting_behind = Run.objects.filter(
+        runs_after=OuterRef("pk"), status=Status.PENDING, holds_key=False
     )
+    active_child = Run.objects.filter(parent=OuterRef("pk"), status__in=ACTIVE_STATUSES)
+    return Run.objects.filter(
+        status__in=FINISHED_STATUSES, finished_at__lt=before, parent__isnull=True
+    ).exclude(Exists(waiting_behind) | Exists(active_child))
 
 
-def prune_runs(before: datetime, batch_size: int) -> int:
-    """Delete finished runs that finished before ``before``, a batch per transaction,
-    so a large table is never locked for long. A deleted holder's key is free again."""
+def _tree_blocked(root_ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], set[uuid.UUID]]:
+    """Every run under ``root_ids`` (the roots included), and the roots whose tree
+    holds a run that is still going or that a run waits behind."""
+    root_of = {run_id: run_id for run_id in root_ids}
+    level = list(root_ids)
+    while level:
+        rows = list(Run.objects.filter(parent_id__in=level).values_list("id", "parent_id"))
+        for child_id, parent_id in rows:
+            root_of[child_id] = root_of[parent_id]
+        level = [child_id for child_id, _ in rows]
+    ids = list(root_of)
+    blocked = {
+        root_of[run_id]
+        for run_id in Run.objects.filter(id__in=ids, status__in=ACTIVE_STATUSES).values_list(
+            "id", flat=True
+        )
+    }
+    blocked |= {
+        root_of[run_id]
+        for run_id in Run.objects.filter(
+            runs_after_id__in=ids, status=Status.PENDING, holds_key=False
+        ).values_list("runs_after_id", flat=True)
+        if run_id in root_of
+    }
+    return ids, blocked
+
+
+def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> int:
+    """Delete finished runs that finished before ``before`` with their children,
+    ``batch_size`` top-level runs per short transaction, so a large table is never
+    locked for long. A deleted holder's key is free again. Returns how many runs
+    were (or, with ``dry_run``, would be) deleted, children included."""
     total = 0
+    skipped: set[uuid.UUID] = set()
     while True:
-        ids = list(prunable(before).values_list("id", flat=True)[:batch_size])
-        if not ids:
+        roots = list(
+            prunable(before)
+            .exclude(id__in=skipped)
+            .order_by("finished_at")
+            .values_list("id", flat=True)[:batch_size]
+        )
+        if not roots:
             return total
         with transaction.atomic():
-            Run.objects.filter(id__in=ids).update(runs_after=None)
-            Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
-            _, deleted = Run.objects.filter(id__in=ids, status__in=FINISHED_STATUSES).delete()
-        # Count what was deleted, children removed with their parent included.
-        total += deleted.get(Run._meta.label, 0)
-        if len(ids) < batch_size:
-            return total
+            ids, blocked = _tree_blocked(roots)
+            skipped |= blocked
+            roots = [run_id for run_id in roots if run_id not in blocked]
+            if not roots:
+                continue
+            if blocked:
+                ids, _ = _tree_blocked(roots)
+            if dry_run:
+                skipped |= set(roots)
+            else:
+                StepAttempt.objects.filter(run_id__in=ids).delete()
+                Event.objects.filter(run_id__in=ids).delete()
+                # History only: a finished run that once waited behind one of these.
+                Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
+                Run.objects.filter(id__in=ids).delete()
+        total += len(ids)
 
 
 def prune_activity(before: datetime, batch_size: int) -> int:
+    """Delete activity older than ``before``, one short statement per batch."""
     total = 0
     while True:
         ids = list(
@@ -866,6 +927,282 @@ def prune_activity(before: datetime, batch_size: int) -> int:
             return total
         Activity.objects.filter(id__in=ids).delete()
         total += len(ids)
+
+
+# --- compensations --------------------------------------------------------------
+
+
+def _owned_compensating(run: Run):
+    return Run.objects.filter(id=run.id, fence=run.fence, status=Status.COMPENSATING)
+
+
+def _compensation_attempt(run: Run, index: int, name: str, status: str, started_at, **fields):
+    return StepAttempt(
+        run_id=run.id,
+        kind=StepAttempt.Kind.COMPENSATION,
+        step=name,
+        step_index=index,
+        attempt=run.attempt,
+        status=status,
+        worker_id=run.worker_id,
+        started_at=started_at,
+        finished_at=now(),
+        **fields,
+    )
+
+
+def begin_compensating(
+    run: Run, step_name: str | None, started_at: datetime | None, error: dict, pending: list[int]
+) -> None:
+    """A run that failed for good turns ``compensating``: it keeps its key and its
+    worker, keeps ``error`` as the original error, and will undo ``pending``
+    (step indexes, in the order to undo them)."""
+    with transaction.atomic():
+        locked = _owned(run).select_for_update().only("id", "state").first()
+        if locked is None:
+            raise LeaseLost(run.id)
+        state = dict(locked.state or {})
+        state["compensation"] = {"pending": pending, "failed_step": step_name}
+        changes: dict[str, Any] = {
+            "status": Status.COMPENSATING,
+            "error": error,
+            "attempt": 1,
+            "due_at": None,
+            "waiting_for": None,
+            "state": state,
+        }
+        _owned(run).update(**changes)
+        if step_name is not None:
+            _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error).save(
+                force_insert=True
+            )
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def hand_back_compensating(run: Run) -> bool:
+    """A compensating run goes back to no worker, due now, still compensating."""
+    return bool(
+        _owned_compensating(run).update(worker_id=None, lease_expires_at=None, due_at=now())
+    )
+
+
+def record_compensation_completed(
+    run: Run, index: int, name: str, started_at: datetime, output: Any, context: dict
+) -> None:
+    """Record an undone step; the last one ends the run ``compensated``."""
+    state = dict(run.state or {})
+    compensation = dict(state.get("compensation") or {})
+    compensation["pending"] = [i for i in compensation.get("pending", []) if i != index]
+    state["compensation"] = compensation
+    changes: dict[str, Any] = {"attempt": 1, "state": state, "context": context}
+    if not compensation["pending"]:
+        changes.update(
+            status=Status.COMPENSATED, finished_at=now(), due_at=None, lease_expires_at=None
+        )
+    with transaction.atomic():
+        if not _owned_compensating(run).update(**changes):
+            raise LeaseLost(run.id)
+        _compensation_attempt(
+            run, index, name, StepAttempt.Outcome.COMPLETED, started_at, output=output
+        ).save(force_insert=True)
+    for field, value in changes.items():
+        setattr(run, field, value)
+
+
+def record_compensation_failed(
+    run: Run,
+    index: int,
+    name: str,
+    started_at: datetime,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+    run_error: dict,
+) -> None:
+    """Record a failed compensation attempt: due again at ``retry_at`` (still
+    compensating, no worker), or the run ends ``compensation_failed`` with ``run_error``."""
+    if retry_at is not None:
+        changes: dict[str, Any] = {
+            "attempt": run.attempt + 1,
+            "due_at": retry_at,
+            "worker_id": None,
+            "lease_expires_at": None,
+        }
+    else:
+        changes = {
+            "status": Status.COMPENSATION_FAILED,
+            "error": run_error,
+            "finished_at": now(),
+            "due_at": None,
+            "lease_expires_at": None,
+        }
+    with transaction.atomic():
+        if not _owned_compensating(run).update(**changes):
+            raise LeaseLost(run.id)
+        _compensation_attempt(
+            run, index, name, StepAttempt.Outcome.FAILED, started_at, error=error
+        ).save(force_insert=True)
+    for field, value in changes.items():
+        setattr(run, field, value)
+
+
+def recover_expired_compensations() -> list[uuid.UUID]:
+    """Compensating runs whose worker stopped heartbeating become due again, still
+    compensating (so still holding their key and refusing cancel); the lost
+    attempt counts."""
+    at = now()
+    with transaction.atomic():
+        expired = list(
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(status=Status.COMPENSATING, worker_id__isnull=False, lease_expires_at__lt=at)
+            .values_list("id", "attempt", "worker_id", "state")[:500]
+        )
+        if not expired:
+            return []
+        ids = [row[0] for row in expired]
+        Run.objects.filter(id__in=ids, status=Status.COMPENSATING).update(
+            worker_id=None, lease_expires_at=None, attempt=F("attempt") + 1, due_at=at
+        )
+        lost = []
+        for run_id, attempt, worker, state in expired:
+            pending = ((state or {}).get("compensation") or {}).get("pending") or [0]
+            lost.append(
+                StepAttempt(
+                    run_id=run_id,
+                    kind=StepAttempt.Kind.COMPENSATION,
+                    step=f"#{pending[0]}",
+                    step_index=pending[0],
+                    attempt=attempt,
+                    status=StepAttempt.Outcome.LOST,
+                    error={
+                        "type": "LeaseExpired",
+                        "message": f"worker {worker} stopped heartbeating",
+                    },
+                    worker_id=worker,
+                    started_at=at,
+                    finished_at=at,
+                )
+            )
+        StepAttempt.objects.bulk_create(lost)
+    return ids
+
+
+# --- children -------------------------------------------------------------------
+
+
+def lock_owned_state(run: Run) -> dict:
+    """The state of a run this worker owns, its row locked until the transaction ends
+    (so children are started and recorded by one owner, once)."""
+    row = _owned(run).select_for_update().values_list("state", flat=True).first()
+    if row is None and not _owned(run).exists():
+        raise LeaseLost(run.id)
+    return dict(row or {})
+
+
+def save_owned_state(run: Run, state: dict) -> None:
+    if not _owned(run).update(state=state):
+        raise LeaseLost(run.id)
+    run.state = state
+
+
+def run_outcomes(ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, Any, Any, Any]]:
+    """``{id: (status, result, error, parent_id)}`` of the given runs (missing ones
+    are left out)."""
+    rows = Run.objects.filter(id__in=list(ids)).values_list(
+        "id", "status", "result", "error", "parent_id"
+    )
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def cancel_runs(ids: Sequence[uuid.UUID], error: dict) -> list[uuid.UUID]:
+    """Cancel those of ``ids`` that are still pending, running or waiting."""
+    cancelled = []
+    for run_id in ids:
+        if cancel_run(run_id, error):
+            cancelled.append(run_id)
+    return cancelled
+
+
+def waiting_parents(limit: int = 500) -> list[tuple[uuid.UUID, dict]]:
+    """Runs suspended until their children (or awaited runs) finish."""
+    return list(
+        Run.objects.filter(status=Status.WAITING, waiting_for="children")
+        .order_by("id")
+        .values_list("id", "state")[:limit]
+    )
+
+
+def waiting_parent_state(run_id: uuid.UUID) -> dict | None:
+    row = (
+        Run.objects.filter(id=run_id, status=Status.WAITING, waiting_for="children")
+        .values_list("state", flat=True)
+        .first()
+    )
+    return None if row is None else dict(row or {})
+
+
+def wake_parent(run_id: uuid.UUID) -> bool:
+    """Make a run waiting for children due now; False if it wasn't waiting for them."""
+    row = Run.objects.filter(id=run_id).values_list("queue", flat=True).first()
+    woken = bool(
+        Run.objects.filter(id=run_id, status=Status.WAITING, waiting_for="children").update(
+            status=Status.PENDING, due_at=now(), waiting_for=None
+        )
+    )
+    if woken:
+        notify_due(row)
+    return woken
+
+
+# --- schedules ------------------------------------------------------------------
+
+
+def lock_due_schedules(at: datetime, limit: int) -> list[Schedule]:
+    """Enabled schedules due at ``at``, locked until the caller's transaction ends.
+
+    ``SKIP LOCKED``: a schedule another node is firing is skipped, and once that
+    node commits, its advanced ``next_fire_at`` no longer matches. SQLite has no
+    row locks; ``advance_schedule`` compares and sets instead.
+    """
+    return list(
+        Schedule.objects.select_for_update(skip_locked=True)
+        .filter(enabled=True, next_fire_at__isnull=False, next_fire_at__lte=at)
+        .order_by("next_fire_at")[:limit]
+    )
+
+
+def advance_schedule(
+    schedule: Schedule,
+    *,
+    fired_at: datetime,
+    next_fire_at: datetime | None,
+    run_id: uuid.UUID | None,
+    failed: bool,
+) -> bool:
+    """Move a schedule past the tick it fired, only if no one else did (compare and
+    set on ``next_fire_at``); False means another node fired that tick."""
+    changes: dict[str, Any] = {"next_fire_at": next_fire_at, "last_fired_at": fired_at}
+    if run_id is not None:
+        changes["last_run_id"] = run_id
+    if failed:
+        changes["failures"] = F("failures") + 1
+    return bool(
+        Schedule.objects.filter(
+            id=schedule.id, enabled=True, next_fire_at=schedule.next_fire_at
+        ).update(**changes)
+    )
+
+
+def record_manual_fire(
+    name: str, *, fired_at: datetime, run_id: uuid.UUID | None, failed: bool
+) -> None:
+    changes: dict[str, Any] = {"last_fired_at": fired_at}
+    if run_id is not None:
+        changes["last_run_id"] = run_id
+    if failed:
+        changes["failures"] = F("failures") + 1
+    Schedule.objects.filter(name=name).update(**changes)
 
 
 # --- worker ---------------------------------------------------------------------

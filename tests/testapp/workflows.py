@@ -310,3 +310,6 @@ class WorkerAwaitsEvent(Workflow):
     @step
     def wait(self, ctx):
         effect(ctx, "got", str(ctx.wait_for_event("go")))
+
+
+from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)

@@ -33,7 +33,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, older_than=None, dry_run=False, **options):
         if dry_run:
-            count = services.prunable_runs(older_than).count()
+            count = services.prune(older_than, dry_run=True)
             self.stdout.write(f"{count} finished runs would be pruned")
             return
         count = services.prune(older_than)

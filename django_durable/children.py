@@ -1,0 +1,280 @@
+"""Child workflows and parallel branches.
+
+``ctx.call_workflow(Other, input)`` starts one child run and returns its result;
+``ctx.parallel([(A, input), (B, input)])`` (or ``durable.parallel(...)`` inside
+a step) starts several and returns their results in order. Children start
+without a key (keys aren't inherited); ``call_workflow(..., key=...)`` opts in
+to the child workflow's own key rules.
+
+While children run, the parent is ``waiting`` (``waiting_for="children"``) and
+holds no worker. A finishing child wakes it; the step then runs again from its
+start and the call returns at once. The ids of the children a call started are
+recorded in ``run.state["children"]`` under ``"<step index>:<call number>"`` in
+the same transaction that starts them, so a step that runs again (after a wait,
+a crash, a resume) finds the same children instead of starting new ones. A
+call whose children failed forgets them when it raises, so a retry of the
+step starts fresh ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+
+from . import keys, store
+from .context import Suspend
+from .definition import Workflow, registry
+from .exceptions import ChildFailed, KeyTaken, ParallelFailed
+from .models import FINISHED_STATUSES, Run, Status
+
+logger = logging.getLogger("django_durable.children")
+
+MODES = ("fail_fast", "complete_all")
+# A parent awaiting a run that is not its child (a keyed call answered by an
+# existing holder) isn't woken by that run; it looks again this often.
+FOREIGN_POLL = timedelta(seconds=30)
+
+_current: contextvars.ContextVar = contextvars.ContextVar("django_durable_ctx", default=None)
+
+
+@contextlib.contextmanager
+def current_step(ctx) -> Iterator[None]:
+    """Make ``ctx`` the one ``durable.parallel(...)`` uses while a step runs."""
+    token = _current.set(ctx)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+# --- the calls a step makes -------------------------------------------------------
+
+
+def call_workflow(
+    ctx, workflow: type[Workflow] | str, input: dict | None = None, *, key: str | None = None
+) -> Any:
+    """Start ``workflow`` as a child of the running step's run and return its result.
+
+    Raises ``ChildFailed`` when the child ends without completing.
+    """
+    from .services import _validate_input
+
+    definition = registry.resolve(workflow)
+    spec = (definition, _validate_input(input), keys.validate_key(key))
+    return _await(ctx, [spec], "complete_all", single=True)[0]
+
+
+def parallel(*args, mode: str = "fail_fast") -> list[Any]:
+    """Run branches as child runs at once; return their results in branch order.
+
+    ``durable.parallel([(A, input), B, ...], mode=...)`` inside a step, or
+    ``ctx.parallel([...], mode=...)``. A branch is a workflow (class or name) or
+    a ``(workflow, input)`` pair. ``fail_fast`` (default): the first branch that
+    fails cancels the others and raises ``ParallelFailed``; ``complete_all``:
+    every branch runs to its end, then ``ParallelFailed`` lists every outcome if
+    any failed.
+    """
+    if len(args) == 2:
+        ctx, branches = args
+    elif len(args) == 1:
+        ctx, branches = _current.get(), args[0]
+        if ctx is None:
+            raise RuntimeError("durable.parallel() is called inside a step (or use ctx.parallel)")
+    else:
+        raise TypeError("parallel() takes a list of branches")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")
+    return _await(ctx, _branch_specs(branches), mode, single=False)
+
+
+def _branch_specs(branches: Sequence) -> list[tuple[type[Workflow], dict, None]]:
+    from .services import _validate_input
+
+    if isinstance(branches, str | bytes) or not isinstance(branches, Sequence) or not branches:
+        raise TypeError("branches must be a non-empty list of workflows or (workflow, input) pairs")
+    specs = []
+    for branch in branches:
+        workflow, payload = branch if isinstance(branch, tuple) else (branch, None)
+        specs.append((registry.resolve(workflow), _validate_input(payload), None))
+    return specs
+
+
+# --- waiting for children ------------------------------------------------------------
+
+
+def _await(ctx, specs: list, mode: str, *, single: bool) -> list[Any]:
+    run: Run = ctx._run
+    wait_index = ctx._wait_calls
+    passed, _ = ctx._next_wait()  # a child call is a wait: it takes its place in the order
+    call_no = getattr(ctx, "_durable_child_calls", 0)
+    ctx._durable_child_calls = call_no + 1
+    call_key = f"{run.step_index}:{call_no}"
+
+    recorded = ((run.state or {}).get("children") or {}).get(call_key)
+    if recorded is None:
+        ids = _start(run, call_key, specs, mode)
+    else:
+        ids = [uuid.UUID(i) for i in recorded]
+
+    outcomes = store.run_outcomes(ids)
+    verdict = _verdict(ids, outcomes, mode)
+    if verdict == "completed":
+        if not passed:
+            ctx._waits.append(None)  # keep later waits of this step in their places
+        return [outcomes[i][1] for i in ids]
+    if verdict == "failed":
+        _fail(run, call_key, ids, outcomes, mode, single=single)
+
+    if passed:
+        # Woken before the children were done: this wait is not passed after all.
+        del ctx._waits[wait_index:]
+        ctx._wait_calls = wait_index
+    _set_awaiting(run, ids, mode)
+    foreign = any(outcome[3] != run.id for outcome in outcomes.values())
+    raise Suspend("children", None, store.now() + FOREIGN_POLL if foreign else None)
+
+
+def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
+    """Start the children and record their ids in the parent in one transaction."""
+    from .services import start_run
+
+    taken: KeyTaken | None = None
+    with transaction.atomic():
+        state = store.lock_owned_state(run)
+        recorded = (state.get("children") or {}).get(call_key)
+        if recorded is not None:
+            return [uuid.UUID(i) for i in recorded]
+        ids = []
+        for workflow, payload, key in specs:
+            policy = workflow.on_duplicate if key is not None else "use_existing"
+            try:
+                ids.append(start_run(workflow, payload, key, policy, parent_id=run.id).run_id)
+            except KeyTaken as exc:
+                taken = exc  # the duplicate's activity is kept; the step fails
+                break
+        if taken is None:
+            state["children"] = {**(state.get("children") or {}), call_key: [str(i) for i in ids]}
+            state["awaiting"] = {"ids": [str(i) for i in ids], "mode": mode}
+            store.save_owned_state(run, state)
+    if taken is not None:
+        raise taken
+    logger.info("run %s started %d child runs", run.id, len(ids))
+    return ids
+
+
+def _verdict(ids: list[uuid.UUID], outcomes: dict, mode: str) -> str:
+    """``completed``, ``failed`` or ``wait`` for the awaited runs and ``mode``."""
+    statuses = [outcomes[i][0] if i in outcomes else "deleted" for i in ids]
+    done = [s for s in statuses if s in FINISHED_STATUSES or s == "deleted"]
+    failed = [s for s in done if s != Status.COMPLETED]
+    if failed and (mode == "fail_fast" or len(done) == len(ids)):
+        return "failed"
+    if len(done) == len(ids):
+        return "completed"
+    return "wait"
+
+
+def _fail(run: Run, call_key: str, ids, outcomes, mode: str, *, single: bool) -> None:
+    if mode == "fail_fast":
+        cancel_children(ids, "another parallel branch failed")
+        outcomes = store.run_outcomes(ids)
+    _forget(run, call_key)
+    report = [
+        {
+            "run_id": i,
+            "status": outcomes[i][0] if i in outcomes else "deleted",
+            "result": outcomes[i][1] if i in outcomes else None,
+            "error": outcomes[i][2] if i in outcomes else None,
+        }
+        for i in ids
+    ]
+    if single:
+        child = report[0]
+        reason = (child["error"] or {}).get("message") if isinstance(child["error"], dict) else None
+        raise ChildFailed(
+            child["run_id"],
+            child["status"],
+            child["error"],
+            f"child run {child['run_id']} ended {child['status']}"
+            + (f": {reason}" if reason else ""),
+        )
+    raise ParallelFailed(report)
+
+
+def _forget(run: Run, call_key: str) -> None:
+    """Drop a failed call's children so a retry of the step starts new ones."""
+    with transaction.atomic():
+        state = store.lock_owned_state(run)
+        children = dict(state.get("children") or {})
+        children.pop(call_key, None)
+        state["children"] = children
+        state.pop("awaiting", None)
+        store.save_owned_state(run, state)
+
+
+def _set_awaiting(run: Run, ids: list[uuid.UUID], mode: str) -> None:
+    awaiting = {"ids": [str(i) for i in ids], "mode": mode}
+    if (run.state or {}).get("awaiting") == awaiting:
+        return
+    with transaction.atomic():
+        state = store.lock_owned_state(run)
+        state["awaiting"] = awaiting
+        store.save_owned_state(run, state)
+
+
+def cancel_children(ids, reason: str) -> None:
+    """Cancel those of ``ids`` still going (compensating ones finish first)."""
+    from .lifecycle import run_finished
+
+    error = {"type": "Cancelled", "message": reason, "reason": reason}
+    for run_id in store.cancel_runs(ids, error):
+        run_finished(Run.objects.get(id=run_id))
+
+
+# --- waking the parent ---------------------------------------------------------------
+
+
+def wake_if_ready(parent_id: uuid.UUID) -> bool:
+    """Wake a parent waiting for children when what it waits for has happened."""
+    state = store.waiting_parent_state(parent_id)
+    if state is None:
+        return False
+    awaiting = state.get("awaiting") or {}
+    ids = [uuid.UUID(i) for i in awaiting.get("ids") or []]
+    verdict = _verdict(ids, store.run_outcomes(ids), awaiting.get("mode", "complete_all"))
+    if verdict == "wait":
+        return False
+    return store.wake_parent(parent_id)
+
+
+def after_suspend(run_id: uuid.UUID) -> None:
+    """A child may have finished between the parent's look and its suspend: look again."""
+    wake_if_ready(run_id)
+
+
+def on_run_finished(run: Run) -> None:
+    """A finished child wakes its parent; a finished parent cancels children left going."""
+    if run.parent_id is not None:
+        wake_if_ready(run.parent_id)
+    # Only a run that started children records them (a run that never did costs
+    # no query here); the ones a failed call forgot have all finished.
+    if (run.state or {}).get("children"):
+        orphans = store.active_children(run.id)
+        if orphans:
+            cancel_children(orphans, f"its parent run ended {run.status}")
+
+
+def sweep() -> int:
+    """Wake every parent whose children are done (a wake lost to a crash, or a
+    parent awaiting runs that are not its children)."""
+    woken = 0
+    for parent_id, _state in store.waiting_parents():
+        woken += wake_if_ready(parent_id)
+    return woken

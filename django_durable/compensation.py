@@ -1,0 +1,133 @@
+"""Sagas: when a step fails for good, undo the steps that completed, newest first.
+
+A step declares its undo with ``@step(compensate="method")``. When the run fails
+for good (its step ran out of retries, or the run passed its timeout), and at
+least one completed step has a compensation, the run turns ``compensating``
+instead of ``failed``: it keeps its key, cannot be cancelled, and runs those
+compensations in reverse order, each recorded as a ``StepAttempt`` of kind
+``compensation``. A compensation retries ``compensate_retries`` times (by
+default as many as its step's ``retries``) with the step's backoff; between
+attempts the run stays compensating and no worker holds it.
+
+The run ends ``compensated`` when every compensation succeeded, or
+``compensation_failed`` at the first one that failed for good (the ones after
+it are not run: what is left to undo needs a person). ``run.error`` stays the
+original error; a failed compensation adds its own under ``error["compensation"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import store
+from .context import Context, Suspend, check_json
+from .definition import Workflow
+from .exceptions import Cancelled
+from .models import Run
+
+logger = logging.getLogger("django_durable.compensation")
+
+
+def pending_for(workflow: type[Workflow], run: Run) -> list[int]:
+    """Indexes of the completed steps with a compensation, newest first.
+
+    Steps run in order, so every step before ``run.step_index`` completed; the
+    step that failed is not compensated (it did not complete).
+    """
+    return [i for i in reversed(range(run.step_index)) if workflow.steps[i].compensate]
+
+
+def begin(
+    workflow: type[Workflow],
+    run: Run,
+    pending: list[int],
+    error: dict,
+    *,
+    step_name: str | None = None,
+    started_at=None,
+) -> int:
+    """Switch a run that failed for good to compensating and undo what it did.
+
+    Returns how many compensations ran. The worker keeps the run: the first
+    compensation starts at once.
+    """
+    if step_name is not None:
+        error = {**error, "step": step_name}
+    try:
+        store.begin_compensating(run, step_name, started_at, error, pending)
+    except store.LeaseLost:
+        return 0
+    logger.info("run %s (%s) failed; compensating %d steps", run.id, run.workflow, len(pending))
+    return compensate(workflow, run)
+
+
+def compensate(workflow: type[Workflow], run: Run) -> int:
+    """Run the remaining compensations of a claimed compensating run, in order."""
+    instance = workflow()
+    executed = 0
+    while True:
+        pending = ((run.state or {}).get("compensation") or {}).get("pending") or []
+        if not pending:
+            # Nothing left (e.g. recovered just after the last one was recorded).
+            return executed
+        index = pending[0]
+        step = workflow.steps[index]
+        started_at = store.now()
+        ctx = Context(run, waits=[])
+        executed += 1
+        try:
+            output = _call(instance, step.compensate, ctx)
+        except (Cancelled, store.LeaseLost):
+            return executed  # the run is no longer ours
+        except Exception as exc:
+            _failed(run, index, step, started_at, exc)
+            return executed
+        try:
+            store.record_compensation_completed(
+                run, index, step.compensate, started_at, output, ctx.data
+            )
+        except store.LeaseLost:
+            return executed
+        if run.is_finished:
+            logger.info("run %s (%s) compensated", run.id, run.workflow)
+            _finished(run)
+            return executed
+
+
+def _call(instance: Workflow, method_name: str, ctx: Context) -> Any:
+    try:
+        output = getattr(instance, method_name)(ctx)
+    except Suspend:
+        raise RuntimeError(
+            f"compensation {method_name} tried to wait; compensations cannot sleep, wait "
+            "for events or input, or call workflows"
+        ) from None
+    return check_json(output, f"the return value of compensation {method_name}")
+
+
+def _failed(run: Run, index: int, step, started_at, exc: Exception) -> None:
+    from .executor import describe_error
+
+    error = {**describe_error(exc), "step": step.name, "method": step.compensate}
+    retry_at = None
+    if run.attempt <= step.compensate_retries:
+        retry_at = store.now() + step.delay_before(run.attempt + 1)
+    run_error = {**(run.error or {}), "compensation": error}
+    try:
+        store.record_compensation_failed(
+            run, index, step.compensate, started_at, error, retry_at=retry_at, run_error=run_error
+        )
+    except store.LeaseLost:
+        return
+    if retry_at is None:
+        logger.warning(
+            "run %s (%s): compensation %s failed for good", run.id, run.workflow, step.compensate
+        )
+        _finished(run)
+
+
+def _finished(run: Run) -> None:
+    from .lifecycle import run_finished
+
+    run_finished(run)

@@ -1,0 +1,88 @@
+"""The dashboard's filters (django-filter): runs and keys."""
+
+from __future__ import annotations
+
+import django_filters
+from django import forms
+
+from . import query, search
+from .definition import registry
+from .models import Run, Status
+
+HOLDER_STATUSES = [*Status.choices, ("none", "no holder (released)")]
+
+
+def _choices(names) -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(set(names))]
+
+
+class _DefinedChoices:
+    """Workflow and queue choices come from the defined workflows (reading them
+    from a table of millions of runs would cost a scan per page view); a value
+    asked for in the URL is accepted too, so links to old workflows work."""
+
+    def __init__(self, data=None, *args, **kwargs):
+        super().__init__(data, *args, **kwargs)
+        data = data or {}
+        workflows = [w.name for w in registry.all()]
+        queues = [w.queue for w in registry.all()]
+        for name, defined in (("workflow", workflows), ("queue", queues)):
+            if name in self.filters:
+                asked = [data.get(name)] if data.get(name) else []
+                self.filters[name].extra["choices"] = _choices([*defined, *asked])
+
+
+class RunFilter(_DefinedChoices, django_filters.FilterSet):
+    """Runs by workflow, status, queue, creation dates and the search box (``q``)."""
+
+    q = django_filters.CharFilter(
+        method="filter_search",
+        label="Search",
+        widget=forms.TextInput(attrs={"placeholder": "key:article:42 status:failed text"}),
+    )
+    workflow = django_filters.ChoiceFilter(choices=[])
+    status = django_filters.ChoiceFilter(choices=Status.choices)
+    queue = django_filters.ChoiceFilter(choices=[])
+    created_after = django_filters.DateFilter(
+        field_name="created_at",
+        lookup_expr="date__gte",
+        label="Created on or after",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+    created_before = django_filters.DateFilter(
+        field_name="created_at",
+        lookup_expr="date__lte",
+        label="Created on or before",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def filter_search(self, runs, name, value):
+        parsed = search.parse(value)
+        self.search_errors = parsed.errors
+        return parsed.apply(runs)
+
+
+class KeyFilter(_DefinedChoices, django_filters.FilterSet):
+    """Keys by workflow, the holder's status, and a key prefix (``q``)."""
+
+    q = django_filters.CharFilter(
+        field_name="key",
+        lookup_expr="startswith",
+        label="Key starts with",
+        widget=forms.TextInput(attrs={"placeholder": "article:"}),
+    )
+    workflow = django_filters.ChoiceFilter(choices=[])
+    status = django_filters.ChoiceFilter(
+        choices=HOLDER_STATUSES, method="filter_holder_status", label="Holder status"
+    )
+
+    class Meta:
+        model = Run
+        fields: list[str] = []
+
+    def filter_holder_status(self, runs, name, value):
+        return query.with_holder_status(runs, value)
