@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.signals import post_save
 from django.utils import timezone
 
 from . import conf
@@ -598,6 +599,16 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
     attempt.id = row[0]
     attempt._state.adding = False
     attempt._state.db = DEFAULT_DB_ALIAS
+    # The row was written without save(): tell post_save receivers (telemetry, the
+    # project's own) as the ORM would have.
+    post_save.send(
+        sender=StepAttempt,
+        instance=attempt,
+        created=True,
+        update_fields=None,
+        raw=False,
+        using=DEFAULT_DB_ALIAS,
+    )
     return True
 
 
