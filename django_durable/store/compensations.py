@@ -1,0 +1,175 @@
+"""Compensating runs: the fenced writes of undo steps."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from ..models import (
+    Run,
+    Status,
+    StepAttempt,
+)
+from .base import LeaseLost, _attempt, _owned, now
+
+# --- compensations --------------------------------------------------------------
+
+
+def _owned_compensating(run: Run):
+    return Run.objects.filter(id=run.id, fence=run.fence, status=Status.COMPENSATING)
+
+
+def _compensation_attempt(run: Run, index: int, name: str, status: str, started_at, **fields):
+    return StepAttempt(
+        run_id=run.id,
+        kind=StepAttempt.Kind.COMPENSATION,
+        step=name,
+        step_index=index,
+        attempt=run.attempt,
+        status=status,
+        worker_id=run.worker_id,
+        started_at=started_at,
+        finished_at=now(),
+        **fields,
+    )
+
+
+def begin_compensating(
+    run: Run, step_name: str | None, started_at: datetime | None, error: dict, pending: list[int]
+) -> None:
+    """A run that failed for good turns ``compensating``: it keeps its key and its
+    worker, keeps ``error`` as the original error, and will undo ``pending``
+    (step indexes, in the order to undo them)."""
+    with transaction.atomic():
+        locked = _owned(run).select_for_update().only("id", "state").first()
+        if locked is None:
+            raise LeaseLost(run.id)
+        state = dict(locked.state or {})
+        state["compensation"] = {"pending": pending, "failed_step": step_name}
+        changes: dict[str, Any] = {
+            "status": Status.COMPENSATING,
+            "error": error,
+            "attempt": 1,
+            "due_at": None,
+            "waiting_for": None,
+            "state": state,
+        }
+        _owned(run).update(**changes)
+        if step_name is not None:
+            _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error).save(
+                force_insert=True
+            )
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def hand_back_compensating(run: Run) -> bool:
+    """A compensating run goes back to no worker, due now, still compensating."""
+    return bool(
+        _owned_compensating(run).update(worker_id=None, lease_expires_at=None, due_at=now())
+    )
+
+
+def record_compensation_completed(
+    run: Run, index: int, name: str, started_at: datetime, output: Any, context: dict
+) -> None:
+    """Record an undone step; the last one ends the run ``compensated``."""
+    state = dict(run.state or {})
+    compensation = dict(state.get("compensation") or {})
+    compensation["pending"] = [i for i in compensation.get("pending", []) if i != index]
+    state["compensation"] = compensation
+    changes: dict[str, Any] = {"attempt": 1, "state": state, "context": context}
+    if not compensation["pending"]:
+        changes.update(
+            status=Status.COMPENSATED, finished_at=now(), due_at=None, lease_expires_at=None
+        )
+    with transaction.atomic():
+        if not _owned_compensating(run).update(**changes):
+            raise LeaseLost(run.id)
+        _compensation_attempt(
+            run, index, name, StepAttempt.Outcome.COMPLETED, started_at, output=output
+        ).save(force_insert=True)
+    for field, value in changes.items():
+        setattr(run, field, value)
+
+
+def record_compensation_failed(
+    run: Run,
+    index: int,
+    name: str,
+    started_at: datetime,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+    run_error: dict,
+) -> None:
+    """Record a failed compensation attempt: due again at ``retry_at`` (still
+    compensating, no worker), or the run ends ``compensation_failed`` with ``run_error``."""
+    if retry_at is not None:
+        changes: dict[str, Any] = {
+            "attempt": run.attempt + 1,
+            "due_at": retry_at,
+            "worker_id": None,
+            "lease_expires_at": None,
+        }
+    else:
+        changes = {
+            "status": Status.COMPENSATION_FAILED,
+            "error": run_error,
+            "finished_at": now(),
+            "due_at": None,
+            "lease_expires_at": None,
+        }
+    with transaction.atomic():
+        if not _owned_compensating(run).update(**changes):
+            raise LeaseLost(run.id)
+        _compensation_attempt(
+            run, index, name, StepAttempt.Outcome.FAILED, started_at, error=error
+        ).save(force_insert=True)
+    for field, value in changes.items():
+        setattr(run, field, value)
+
+
+def recover_expired_compensations() -> list[uuid.UUID]:
+    """Compensating runs whose worker stopped heartbeating become due again, still
+    compensating (so still holding their key and refusing cancel); the lost
+    attempt counts."""
+    at = now()
+    with transaction.atomic():
+        expired = list(
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(status=Status.COMPENSATING, worker_id__isnull=False, lease_expires_at__lt=at)
+            .values_list("id", "attempt", "worker_id", "state")[:500]
+        )
+        if not expired:
+            return []
+        ids = [row[0] for row in expired]
+        Run.objects.filter(id__in=ids, status=Status.COMPENSATING).update(
+            worker_id=None, lease_expires_at=None, attempt=F("attempt") + 1, due_at=at
+        )
+        lost = []
+        for run_id, attempt, worker, state in expired:
+            pending = ((state or {}).get("compensation") or {}).get("pending") or [0]
+            lost.append(
+                StepAttempt(
+                    run_id=run_id,
+                    kind=StepAttempt.Kind.COMPENSATION,
+                    step=f"#{pending[0]}",
+                    step_index=pending[0],
+                    attempt=attempt,
+                    status=StepAttempt.Outcome.LOST,
+                    error={
+                        "type": "LeaseExpired",
+                        "message": f"worker {worker} stopped heartbeating",
+                    },
+                    worker_id=worker,
+                    started_at=at,
+                    finished_at=at,
+                )
+            )
+        StepAttempt.objects.bulk_create(lost)
+    return ids

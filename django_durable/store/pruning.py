@@ -1,0 +1,112 @@
+"""Deleting finished runs past retention, in batches."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+
+from ..models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    Activity,
+    Event,
+    Run,
+    Status,
+    StepAttempt,
+)
+
+# --- pruning --------------------------------------------------------------------
+
+
+def prunable(before: datetime):
+    """Finished top-level runs that finished before ``before``.
+
+    A child goes with its parent, never alone, so a parent's record of its
+    children stays whole. A run another run still waits behind (``run_again``)
+    stays until the key has moved on to that run.
+    """
+    waiting_behind = Run.objects.filter(
+        runs_after=OuterRef("pk"), status=Status.PENDING, holds_key=False
+    )
+    active_child = Run.objects.filter(parent=OuterRef("pk"), status__in=ACTIVE_STATUSES)
+    return Run.objects.filter(
+        status__in=FINISHED_STATUSES, finished_at__lt=before, parent__isnull=True
+    ).exclude(Exists(waiting_behind) | Exists(active_child))
+
+
+def _tree_blocked(root_ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], set[uuid.UUID]]:
+    """Every run under ``root_ids`` (the roots included), and the roots whose tree
+    holds a run that is still going or that a run waits behind."""
+    root_of = {run_id: run_id for run_id in root_ids}
+    level = list(root_ids)
+    while level:
+        rows = list(Run.objects.filter(parent_id__in=level).values_list("id", "parent_id"))
+        for child_id, parent_id in rows:
+            root_of[child_id] = root_of[parent_id]
+        level = [child_id for child_id, _ in rows]
+    ids = list(root_of)
+    blocked = {
+        root_of[run_id]
+        for run_id in Run.objects.filter(id__in=ids, status__in=ACTIVE_STATUSES).values_list(
+            "id", flat=True
+        )
+    }
+    blocked |= {
+        root_of[run_id]
+        for run_id in Run.objects.filter(
+            runs_after_id__in=ids, status=Status.PENDING, holds_key=False
+        ).values_list("runs_after_id", flat=True)
+        if run_id in root_of
+    }
+    return ids, blocked
+
+
+def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> int:
+    """Delete finished runs that finished before ``before`` with their children,
+    ``batch_size`` top-level runs per short transaction, so a large table is never
+    locked for long. A deleted holder's key is free again. Returns how many runs
+    were (or, with ``dry_run``, would be) deleted, children included."""
+    total = 0
+    skipped: set[uuid.UUID] = set()
+    while True:
+        roots = list(
+            prunable(before)
+            .exclude(id__in=skipped)
+            .order_by("finished_at")
+            .values_list("id", flat=True)[:batch_size]
+        )
+        if not roots:
+            return total
+        with transaction.atomic():
+            ids, blocked = _tree_blocked(roots)
+            skipped |= blocked
+            roots = [run_id for run_id in roots if run_id not in blocked]
+            if not roots:
+                continue
+            if blocked:
+                ids, _ = _tree_blocked(roots)
+            if dry_run:
+                skipped |= set(roots)
+            else:
+                StepAttempt.objects.filter(run_id__in=ids).delete()
+                Event.objects.filter(run_id__in=ids).delete()
+                # History only: a finished run that once waited behind one of these.
+                Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
+                Run.objects.filter(id__in=ids).delete()
+        total += len(ids)
+
+
+def prune_activity(before: datetime, batch_size: int) -> int:
+    """Delete activity older than ``before``, one short statement per batch."""
+    total = 0
+    while True:
+        ids = list(
+            Activity.objects.filter(created_at__lt=before).values_list("id", flat=True)[:batch_size]
+        )
+        if not ids:
+            return total
+        Activity.objects.filter(id__in=ids).delete()
+        total += len(ids)

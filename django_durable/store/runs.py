@@ -1,0 +1,447 @@
+"""Claiming runs, the fenced writes of step results, and lease recovery."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db.models import F
+from django.db.models.signals import post_save
+
+from ..models import (
+    CLAIMABLE_STATUSES,
+    FINISHED_STATUSES,
+    Event,
+    Run,
+    Status,
+    StepAttempt,
+)
+from .base import (
+    LeaseLost,
+    _attempt,
+    _db,
+    _field_plan,
+    _owned,
+    _qn,
+    in_autocommit,
+    is_postgres,
+    notify_due,
+    now,
+)
+from .compensations import hand_back_compensating, recover_expired_compensations
+
+# --- claiming -------------------------------------------------------------------
+
+
+def claim(
+    *, worker_id: str, queues: Sequence[str] | None, limit: int, lease: timedelta
+) -> list[Run]:
+    """Claim up to ``limit`` due runs, oldest due first, in one statement.
+
+    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so
+    concurrent workers claim different runs without waiting on each other; the
+    lock lasts only as long as this statement. SQLite serialises writers, so the
+    same statement is atomic there without row locks.
+    """
+    at = now()
+    ops = connection.ops
+    table = _qn(Run._meta.db_table)
+    # A claimed compensating run stays compensating (cancel() must keep refusing
+    # it) and stops being due while it is owned.
+    params: list[Any] = [
+        Status.COMPENSATING,
+        Status.COMPENSATING,
+        Status.RUNNING,
+        Status.COMPENSATING,
+        worker_id,
+        ops.adapt_datetimefield_value(at + lease),
+        ops.adapt_datetimefield_value(at),
+    ]
+    where = [
+        f"{_qn('status')} IN ({', '.join(['%s'] * len(CLAIMABLE_STATUSES))})",
+        f"{_qn('due_at')} IS NOT NULL",
+        f"{_qn('due_at')} <= %s",
+    ]
+    inner_params: list[Any] = [*CLAIMABLE_STATUSES, ops.adapt_datetimefield_value(at)]
+    if queues:
+        where.append(f"{_qn('queue')} IN ({', '.join(['%s'] * len(queues))})")
+        inner_params.extend(queues)
+    lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
+    sql = (
+        f"UPDATE {table} SET {_qn('status')} = CASE WHEN {_qn('status')} = %s THEN %s "
+        f"ELSE %s END, {_qn('due_at')} = CASE WHEN {_qn('status')} = %s THEN NULL "
+        f"ELSE {_qn('due_at')} END, {_qn('worker_id')} = %s, "
+        f"{_qn('lease_expires_at')} = %s, {_qn('fence')} = {_qn('fence')} + 1, "
+        f"{_qn('started_at')} = COALESCE({_qn('started_at')}, %s) "
+        f"WHERE {_qn('id')} IN (SELECT {_qn('id')} FROM {table} WHERE {' AND '.join(where)} "
+        f"ORDER BY {_qn('due_at')} LIMIT %s{lock}) RETURNING {_run_columns()}"
+    )
+    if is_postgres():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *inner_params, limit])
+            runs = [_run_from_row(row) for row in cursor.fetchall()]
+    else:  # SQLite needs the backend's datetime converters: let the ORM apply them
+        runs = list(Run.objects.raw(sql, [*params, *inner_params, limit]))
+    runs.sort(key=lambda r: (r.due_at or at, r.created_at))
+    return runs
+
+
+def _run_columns() -> str:
+    return ", ".join(_qn(f.column) for f in Run._meta.concrete_fields)
+
+
+def _run_from_row(row: Sequence[Any]) -> Run:
+    """A whole ``Run`` from a row of ``_run_columns()`` on PostgreSQL, converted as the
+    ORM would (JSON columns arrive as text), without a RawQuerySet per claim."""
+    db = _db()
+    values = [
+        field.from_db_value(value, None, db) if convert and value is not None else value
+        for (field, convert), value in zip(_run_converters(), row, strict=True)
+    ]
+    return Run.from_db(DEFAULT_DB_ALIAS, None, values)
+
+
+_CONVERTERS: list[tuple[Any, bool]] = []
+
+
+def _run_converters() -> list[tuple[Any, bool]]:
+    if not _CONVERTERS:
+        _CONVERTERS.extend(
+            (field, hasattr(field, "from_db_value")) for field in Run._meta.concrete_fields
+        )
+    return _CONVERTERS
+
+
+def renew_lease(run: Run, lease: timedelta) -> None:
+    """Extend the lease of a run this worker owns; ``LeaseLost`` if it no longer does."""
+    updated = Run.objects.filter(id=run.id, fence=run.fence, status=run.status).update(
+        lease_expires_at=now() + lease
+    )
+    if not updated:
+        raise LeaseLost(run.id)
+
+
+def renew_worker_leases(worker_id: str, lease: timedelta) -> int:
+    return Run.objects.filter(
+        worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
+    ).update(lease_expires_at=now() + lease)
+
+
+def current_status(run_id: uuid.UUID) -> tuple[str, int] | None:
+    row = Run.objects.filter(id=run_id).values_list("status", "fence").first()
+    return tuple(row) if row else None
+
+
+# --- recording steps (fenced) ---------------------------------------------------
+
+
+def _state_between_steps(state: dict | None) -> dict:
+    """A step that completed or failed leaves no waits behind. Events received stay
+    (one per name for the whole run), and so do the children each call started, so a
+    retried step finds the children that completed instead of starting them again."""
+    state = state or {}
+    return {name: state[name] for name in ("received", "children") if state.get(name)}
+
+
+_RECORD_SQL: dict[tuple, str] = {}
+
+
+def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAttempt) -> bool:
+    """The fenced update of a run this worker owns and, only if it still owns it, the
+    insert of the attempt; False (nothing written) when the run is no longer its own.
+
+    On PostgreSQL, for a caller in autocommit (a worker thread), this is one
+    statement and one round trip, atomic on its own: the UPDATE in a CTE, the
+    INSERT selecting from it. Otherwise it is the UPDATE then the INSERT in a
+    transaction (a savepoint inside the caller's).
+    """
+    if not (is_postgres() and in_autocommit()):
+        with transaction.atomic():
+            if not _owned(run).update(**changes):
+                return False
+            attempt.save(force_insert=True)
+            return True
+    db = _db()
+    meta = Run._meta
+    fields = [meta.get_field(name) for name in changes]
+    params = [
+        field.get_db_prep_save(value, db)
+        for field, value in zip(fields, changes.values(), strict=True)
+    ]
+    params += [run.id, run.fence, Status.RUNNING]
+    attempt_fields = [
+        (field, value)
+        for field, _attname, _column, _plain in _field_plan(StepAttempt._meta, db)
+        if (value := field.get_db_prep_save(field.pre_save(attempt, True), db)) is not None
+    ]
+    params += [value for _field, value in attempt_fields]
+    cache_key = (tuple(changes), tuple(f.column for f, _v in attempt_fields))
+    sql = _RECORD_SQL.get(cache_key)
+    if sql is None:
+        qn = db.ops.quote_name
+        sets = ", ".join(f"{qn(f.column)} = %s" for f in fields)
+        # Explicit casts: a SELECT list does not take its types from the target columns.
+        values = ", ".join(f"%s::{f.db_type(db)}" for f, _v in attempt_fields)
+        columns = ", ".join(qn(f.column) for f, _v in attempt_fields)
+        sql = _RECORD_SQL[cache_key] = (
+            f"WITH owned AS (UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn('id')} = %s "
+            f"AND {qn('fence')} = %s AND {qn('status')} = %s RETURNING {qn('id')}) "
+            f"INSERT INTO {qn(StepAttempt._meta.db_table)} ({columns}) "
+            f"SELECT {values} FROM owned RETURNING {qn('id')}"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    attempt.id = row[0]
+    attempt._state.adding = False
+    attempt._state.db = DEFAULT_DB_ALIAS
+    # The row was written without save(): tell post_save receivers (telemetry, the
+    # project's own) as the ORM would have.
+    post_save.send(
+        sender=StepAttempt,
+        instance=attempt,
+        created=True,
+        update_fields=None,
+        raw=False,
+        using=DEFAULT_DB_ALIAS,
+    )
+    return True
+
+
+def record_step_completed(
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    output: Any,
+    *,
+    last: bool,
+) -> None:
+    """Record a completed step and advance the run; the last step also finishes it."""
+    at = now()
+    changes: dict[str, Any] = {
+        "step_index": run.step_index + 1,
+        "attempt": 1,
+        "context": run.context,
+        "waiting_for": None,
+        "state": _state_between_steps(run.state),
+    }
+    if last:
+        changes.update(
+            status=Status.COMPLETED,
+            result=output,
+            finished_at=at,
+            due_at=None,
+            lease_expires_at=None,
+        )
+    attempt = _attempt(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output)
+    if not _update_owned_and_record(run, changes, attempt):
+        raise LeaseLost(run.id)
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def record_step_failed(
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+) -> None:
+    """Record a failed attempt: the run is due again at ``retry_at``, or fails for good."""
+    if retry_at is not None:
+        changes: dict[str, Any] = {
+            "status": Status.PENDING,
+            "attempt": run.attempt + 1,
+            "due_at": retry_at,
+            "worker_id": None,
+            "lease_expires_at": None,
+            "state": _state_between_steps(run.state),
+        }
+    else:
+        changes = {
+            "status": Status.FAILED,
+            "error": error,
+            "finished_at": now(),
+            "due_at": None,
+            "lease_expires_at": None,
+            "state": _state_between_steps(run.state),
+        }
+    attempt = _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error)
+    if not _update_owned_and_record(run, changes, attempt):
+        raise LeaseLost(run.id)
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def record_run_failed(run: Run, error: dict) -> None:
+    """Fail a run outside any step (its timeout passed, its definition vanished)."""
+    changes = {
+        "status": Status.FAILED,
+        "error": error,
+        "finished_at": now(),
+        "due_at": None,
+        "lease_expires_at": None,
+    }
+    if not _owned(run).update(**changes):
+        raise LeaseLost(run.id)
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def record_suspended(
+    run: Run, step_name: str, started_at: datetime, context: dict, waits: list, wait
+) -> None:
+    """Suspend the run in a wait and free the worker.
+
+    The run row is locked so that an event sent at the same moment is either
+    seen here (kept, then delivered at once) or finds the run waiting.
+    """
+    slot = None if wait.kind in ("sleep", "children") else f"{wait.kind}:{wait.name}"
+    with transaction.atomic():
+        locked = _owned(run).select_for_update().only("id", "state").first()
+        if locked is None:
+            raise LeaseLost(run.id)
+        state = dict(locked.state or {})
+        state["waits"] = waits
+        state["pending"] = {
+            "kind": wait.kind,
+            "name": wait.name,
+            "timeout_value": wait.timeout_value,
+        }
+        received = dict(state.get("received", {}))
+        kept = None
+        if wait.kind == "event":
+            kept = (
+                Event.objects.filter(
+                    run_id=run.id, kind=Event.Kind.EVENT, name=wait.name, delivered_at__isnull=True
+                )
+                .order_by("-id")
+                .first()
+            )
+        if kept is not None:
+            # An event sent before the run waited for it: deliver the newest now.
+            received[slot] = kept.payload
+            Event.objects.filter(id=kept.id).update(delivered_at=now())
+            changes: dict[str, Any] = {
+                "status": Status.PENDING,
+                "due_at": now(),
+                "waiting_for": None,
+            }
+        else:
+            due = wait.until
+            if run.timeout_at is not None and (due is None or run.timeout_at < due):
+                due = run.timeout_at
+            changes = {
+                "status": Status.WAITING,
+                "due_at": due,
+                "waiting_for": slot or wait.kind,
+            }
+        state["received"] = received
+        changes.update(state=state, context=context, worker_id=None, lease_expires_at=None)
+        _owned(run).update(**changes)
+        _attempt(run, step_name, StepAttempt.Outcome.SUSPENDED, started_at).save(force_insert=True)
+    for name, value in changes.items():
+        setattr(run, name, value)
+
+
+def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool) -> str:
+    """Give an event or input to a run: ``"delivered"`` when it was waiting for it,
+    ``"kept"`` when it is kept for a later wait, ``"refused"`` otherwise.
+
+    The run row is locked, so this and ``record_suspended`` never miss each other.
+    """
+    slot = f"{kind}:{name}"
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update()
+            .only("id", "status", "waiting_for", "state", "queue")
+            .get(id=run_id)
+        )
+        received = (run.state or {}).get("received", {})
+        if run.status == Status.WAITING and run.waiting_for == slot and slot not in received:
+            state = dict(run.state or {})
+            state["received"] = {**received, slot: payload}
+            Run.objects.filter(id=run_id).update(
+                status=Status.PENDING, due_at=now(), waiting_for=None, state=state
+            )
+            Event.objects.create(
+                run_id=run_id,
+                kind=kind,
+                name=name,
+                payload=payload,
+                created_at=now(),
+                delivered_at=now(),
+            )
+            notify_due(run.queue)  # wake an idle worker for the resumed run
+            return "delivered"
+        if keep and run.status not in FINISHED_STATUSES:
+            Event.objects.create(
+                run_id=run_id, kind=kind, name=name, payload=payload, created_at=now()
+            )
+            return "kept"
+        return "refused"
+
+
+def record_attempt_cancelled(run: Run, step_name: str, started_at: datetime) -> None:
+    _attempt(run, step_name, StepAttempt.Outcome.CANCELLED, started_at).save(force_insert=True)
+
+
+def hand_back(run: Run) -> bool:
+    """Return a claimed run to ``pending`` so another worker takes it (shutdown)."""
+    if run.status == Status.COMPENSATING:
+        return hand_back_compensating(run)
+    return bool(
+        _owned(run).update(
+            status=Status.PENDING, worker_id=None, lease_expires_at=None, due_at=now()
+        )
+    )
+
+
+# --- recovery -------------------------------------------------------------------
+
+
+def recover_expired_leases() -> list[uuid.UUID]:
+    """Return runs whose worker stopped heartbeating to ``pending``, counting the attempt.
+
+    The fence grows at the next claim, so the worker that lost the run cannot
+    record over its new owner even if it comes back.
+    """
+    at = now()
+    recovered = recover_expired_compensations()
+    with transaction.atomic():
+        expired = list(
+            Run.objects.select_for_update(skip_locked=True)
+            .filter(status=Status.RUNNING, lease_expires_at__lt=at)
+            .values_list("id", "step_index", "attempt", "workflow", "worker_id")[:500]
+        )
+        if not expired:
+            return recovered
+        ids = [row[0] for row in expired]
+        Run.objects.filter(id__in=ids, status=Status.RUNNING).update(
+            status=Status.PENDING,
+            worker_id=None,
+            lease_expires_at=None,
+            attempt=F("attempt") + 1,
+            due_at=at,
+        )
+        StepAttempt.objects.bulk_create(
+            StepAttempt(
+                run_id=run_id,
+                step=f"#{step_index}",
+                step_index=step_index,
+                attempt=attempt,
+                status=StepAttempt.Outcome.LOST,
+                error={"type": "LeaseExpired", "message": f"worker {worker} stopped heartbeating"},
+                worker_id=worker,
+                started_at=at,
+                finished_at=at,
+            )
+            for run_id, step_index, attempt, _workflow, worker in expired
+        )
+    return ids + recovered

@@ -1,0 +1,62 @@
+"""Cron schedules: due ticks claimed once across workers."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F
+
+from ..models import (
+    Schedule,
+)
+
+# --- schedules ------------------------------------------------------------------
+
+
+def lock_due_schedules(at: datetime, limit: int) -> list[Schedule]:
+    """Enabled schedules due at ``at``, locked until the caller's transaction ends.
+
+    ``SKIP LOCKED``: a schedule another node is firing is skipped, and once that
+    node commits, its advanced ``next_fire_at`` no longer matches. SQLite has no
+    row locks; ``advance_schedule`` compares and sets instead.
+    """
+    return list(
+        Schedule.objects.select_for_update(skip_locked=True)
+        .filter(enabled=True, next_fire_at__isnull=False, next_fire_at__lte=at)
+        .order_by("next_fire_at")[:limit]
+    )
+
+
+def advance_schedule(
+    schedule: Schedule,
+    *,
+    fired_at: datetime,
+    next_fire_at: datetime | None,
+    run_id: uuid.UUID | None,
+    failed: bool,
+) -> bool:
+    """Move a schedule past the tick it fired, only if no one else did (compare and
+    set on ``next_fire_at``); False means another node fired that tick."""
+    changes: dict[str, Any] = {"next_fire_at": next_fire_at, "last_fired_at": fired_at}
+    if run_id is not None:
+        changes["last_run_id"] = run_id
+    if failed:
+        changes["failures"] = F("failures") + 1
+    return bool(
+        Schedule.objects.filter(
+            id=schedule.id, enabled=True, next_fire_at=schedule.next_fire_at
+        ).update(**changes)
+    )
+
+
+def record_manual_fire(
+    name: str, *, fired_at: datetime, run_id: uuid.UUID | None, failed: bool
+) -> None:
+    changes: dict[str, Any] = {"last_fired_at": fired_at}
+    if run_id is not None:
+        changes["last_run_id"] = run_id
+    if failed:
+        changes["failures"] = F("failures") + 1
+    Schedule.objects.filter(name=name).update(**changes)

@@ -1,0 +1,144 @@
+"""Worker processes: registration, leases, next due time, the LISTEN connection."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.db import connection, connections, transaction
+from django.db.models import Q
+
+from ..models import (
+    CLAIMABLE_STATUSES,
+    Run,
+    Status,
+    WorkerNode,
+)
+from .base import is_postgres, notify_due, now
+
+# --- worker ---------------------------------------------------------------------
+# Registration of worker processes, lease renewal for the runs a worker holds,
+# the next due time (so an idle worker wakes for timers), and the dedicated
+# LISTEN connection.
+
+
+def register_worker(
+    worker_id: str,
+    *,
+    hostname: str,
+    pid: int,
+    queues: list[str],
+    concurrency: int,
+    stale_before: datetime,
+) -> bool:
+    """Record a live worker; False when a worker with this id heartbeated after ``stale_before``
+    (a second process started with the same ``--worker-id``)."""
+    at = now()
+    fields = {
+        "hostname": hostname,
+        "pid": pid,
+        "queues": queues,
+        "concurrency": concurrency,
+        "started_at": at,
+        "heartbeat_at": at,
+        "stopping": False,
+    }
+    with transaction.atomic():
+        node = WorkerNode.objects.select_for_update().filter(id=worker_id).first()
+        if node is not None and node.heartbeat_at >= stale_before and not node.stopping:
+            return False
+        WorkerNode.objects.update_or_create(id=worker_id, defaults=fields)
+    return True
+
+
+def worker_heartbeat(worker_id: str, *, stopping: bool) -> None:
+    WorkerNode.objects.filter(id=worker_id).update(heartbeat_at=now(), stopping=stopping)
+
+
+def unregister_worker(worker_id: str) -> None:
+    WorkerNode.objects.filter(id=worker_id).delete()
+
+
+def forget_dead_workers(before: datetime) -> int:
+    """Delete worker rows that stopped heartbeating before ``before`` (their runs are
+    recovered through their leases, not through these rows)."""
+    deleted, _ = WorkerNode.objects.filter(heartbeat_at__lt=before).delete()
+    return deleted
+
+
+def renew_leases(
+    worker_id: str, owned: Sequence[tuple[uuid.UUID, int]], lease: timedelta
+) -> dict[uuid.UUID, tuple[str, int] | None]:
+    """Extend the leases of the runs a worker executes, each fenced by its claim.
+
+    Returns the runs it no longer owns, each with its current ``(status, fence)``
+    (None if deleted): cancelled, recovered by another worker, or just finished.
+    One statement when nothing was lost, two otherwise.
+    """
+    if not owned:
+        return {}
+    claims = Q()
+    for run_id, fence in owned:
+        claims |= Q(id=run_id, fence=fence)
+    still = Run.objects.filter(
+        claims, worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
+    )
+    if still.update(lease_expires_at=now() + lease) == len(owned):
+        return {}
+    kept = set(still.values_list("id", flat=True))
+    lost = {run_id for run_id, _fence in owned} - kept
+    found = {
+        run_id: (status, fence)
+        for run_id, status, fence in Run.objects.filter(id__in=lost).values_list(
+            "id", "status", "fence"
+        )
+    }
+    return {run_id: found.get(run_id) for run_id in lost}
+
+
+def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
+    """NOTIFY once per queue of ``run_ids`` (runs handed back or recovered just now)."""
+    if not run_ids or not is_postgres():
+        return
+    queues = Run.objects.filter(id__in=list(run_ids)).values_list("queue", flat=True)
+    for queue in set(queues):
+        notify_due(queue)
+
+
+def next_due_at(queues: Sequence[str] | None) -> datetime | None:
+    """When the next claimable run of ``queues`` becomes due (the claim index answers it)."""
+    runs = Run.objects.filter(status__in=CLAIMABLE_STATUSES, due_at__isnull=False)
+    if queues:
+        runs = runs.filter(queue__in=list(queues))
+    return runs.order_by("due_at").values_list("due_at", flat=True).first()
+
+
+def reset_connection_after_error() -> None:
+    """Drop this thread's connection if an error left it unusable (only after errors:
+    a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says)."""
+    if connection.in_atomic_block or connection.connection is None:
+        return  # no connection yet, or the caller's transaction decides
+    if not connection.is_usable():
+        connection.close()  # the next query reconnects
+
+
+def open_listener(channel: str, alias: str = "default"):
+    """A dedicated autocommit psycopg connection that LISTENs on ``channel``.
+
+    It is not Django's connection: LISTEN must stay on one server session for as
+    long as the worker lives, which a pooler in transaction mode cannot promise.
+    """
+    import psycopg
+    from psycopg import sql
+
+    params = connections[alias].get_connection_params()
+    for name in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(name, None)
+    listener = psycopg.connect(**params, autocommit=True)
+    try:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    except BaseException:
+        listener.close()
+        raise
+    return listener
