@@ -1,4 +1,4 @@
-"""The one module that talks SQL: inserts that respect keys, row locks, claims,
+"""The one package that talks SQL: inserts that respect keys, row locks, claims,
 fenced writes of step results, recovery and pruning.
 
 Everything here is a short statement or a short transaction. No row lock is
