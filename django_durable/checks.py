@@ -69,6 +69,10 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_durable.E008",
             )
         )
+    if not isinstance(values["PREPARED_STATEMENTS"], bool):
+        errors.append(
+            Error("DURABLE['PREPARED_STATEMENTS'] must be True or False.", id="django_durable.E009")
+        )
     return errors
 
 

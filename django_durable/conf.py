@@ -30,6 +30,10 @@ DEFAULTS: dict[str, Any] = {
     # The DATABASES alias workers LISTEN through, on a dedicated connection (it must
     # reach the same database directly or through a session-mode pooler); None: poll only.
     "LISTEN_DATABASE": "default",
+    # Prepare the store's hot statements (starts, claims, step records) on PostgreSQL.
+    # False behind a pooler in transaction mode that cannot keep prepared statements
+    # (PgBouncer before 1.21, or without max_prepared_statements).
+    "PREPARED_STATEMENTS": True,
 }
 
 

@@ -118,3 +118,30 @@ def decide(
 def retake_allowed(reuse: str, holder_status: str) -> bool:
     """A retry takes its key back from a newer run by the start rules."""
     return holder_status not in ACTIVE_STATUSES and reuse_frees(reuse, holder_status)
+
+
+_ANSWERS = {"use_existing": Action.USE_EXISTING, "error": Action.RAISE_TAKEN}
+
+
+def holder_answers(
+    *, reuse: str, on_duplicate: str | tuple[str, str], debounce: bool = False
+) -> frozenset[tuple[str, bool]]:
+    """The holder states ``(status, picked_up)`` in which a start just answers with the
+    holder (``use_existing``) or refuses (``error``), writing nothing but the duplicate's
+    activity row; empty for the policies whose duplicates write more. The store records
+    such a duplicate in the same statement that found the key taken."""
+    answer = _ANSWERS.get(on_duplicate) if isinstance(on_duplicate, str) else None
+    if answer is None:
+        return frozenset()
+    return frozenset(
+        (status, picked_up)
+        for status in Status.values
+        for picked_up in (False, True)
+        if decide(
+            reuse=reuse,
+            on_duplicate=on_duplicate,
+            holder=Holder(status=status, picked_up=picked_up),
+            debounce=debounce,
+        )
+        is answer
+    )

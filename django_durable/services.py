@@ -138,7 +138,7 @@ def start_run(
         run = _new_run(workflow, payload, None, **fields)
         if store.in_autocommit():
             # One statement (INSERT and NOTIFY), atomic on its own: no BEGIN/COMMIT.
-            store.insert_or_get_holder(run)
+            store.insert_or_get_holder(run)  # no key: always inserted
             _announce_new_run(workflow, run, notify=False)
         else:
             with transaction.atomic():
@@ -172,12 +172,19 @@ def _start_keyed_alone(
     together: None, and the caller runs the start in a transaction.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
-    inserted, holder = store.insert_or_get_holder(run)
-    if inserted:
+    note = _duplicate_note(workflow, policy, payload)
+    found = store.insert_or_get_holder(run, note=note)
+    if found.inserted:
         _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
         return StartResult(run.id, "started"), None
+    holder = found.holder
     if holder is None:
         return None
+    if found.noted:  # the statement recorded the duplicate: the holder answers
+        _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
+        if note.outcome == "error":
+            return None, holder.id
+        return StartResult(holder.id, "use_existing"), None
     action = _decide(workflow, policy, holder)
     if action is Action.USE_EXISTING:
         _duplicate(workflow, key, holder, payload, "use_existing")
@@ -186,6 +193,16 @@ def _start_keyed_alone(
         _duplicate(workflow, key, holder, payload, "error")
         return None, holder.id
     return None
+
+
+def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
+    """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
+    if policy not in ("use_existing", "error"):
+        return None
+    states = keys.holder_answers(
+        reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
+    )
+    return store.DuplicateNote(policy, states, payload)
 
 
 def _decide(workflow, policy, holder: Run) -> Action:
@@ -204,9 +221,11 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
     outcome_if_inserted = "started"
     changes = 0
     seen: uuid.UUID | None = None
+    note = _duplicate_note(workflow, policy, payload)
     while True:
-        inserted, holder = store.insert_or_get_holder(run)
-        if inserted:
+        found = store.insert_or_get_holder(run, note=note)
+        holder = found.holder
+        if found.inserted:
             _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
             if replaced is not None:
                 _record_handoff(workflow, key, replaced.id, run.id)
@@ -214,6 +233,11 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
                 store.move_waiting_behind(workflow.name, key, run.id)
             return StartResult(run.id, outcome_if_inserted), None
 
+        if found.noted:  # the statement recorded the duplicate: the holder answers
+            _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
+            if note.outcome == "error":
+                return None, holder.id
+            return StartResult(holder.id, "use_existing"), None
         if holder is None:
             holder = store.get_holder(workflow.name, key)
         if holder is None or (seen is not None and holder.id != seen):
@@ -330,6 +354,10 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
         key=key,
         details=details,
     )
+    _announce_duplicate(workflow, key, holder, payload, outcome, input_changed)
+
+
+def _announce_duplicate(workflow, key, holder: Run, payload, outcome, input_changed) -> None:
     send_after_commit(
         signals.key_duplicate,
         workflow,

@@ -84,3 +84,64 @@ def test_the_claim_uses_the_claim_index(seeded):
         assert "durable_run_claim" in plan, plan
         assert "Seq Scan" not in plan, plan
         Run.objects.filter(id__in=due).update(status=Status.PENDING, due_at=timezone.now())
+
+
+def sent(fn) -> list[tuple[str, list]]:
+    """The statements ``fn`` sent, as the cursor got them: SQL with %s, and parameters."""
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append((sql, list(params or [])))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        fn()
+    return seen
+
+
+def explain_generic(sql: str, params: list) -> str:
+    """The plan of ``sql`` as a prepared statement that PostgreSQL plans once for any
+    values (its generic plan), which is what a worker or a web process runs after the
+    first executions."""
+    numbered = sql
+    for n in range(1, len(params) + 1):
+        numbered = numbered.replace("%s", f"${n}", 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE explained AS {numbered}")
+        try:
+            arguments = ", ".join(["%s"] * len(params))
+            cursor.execute(f"EXPLAIN EXECUTE explained({arguments})", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE explained")
+            cursor.execute("RESET plan_cache_mode")
+
+
+def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
+    durable.start("sync_account", {}, key="account:generic")
+    [(start_sql, start_params)] = [
+        (sql, params)
+        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:generic"))
+        if sql.startswith("WITH new AS")
+    ]
+    plan = explain_generic(start_sql, start_params)
+    assert "durable_run_one_holder_per_key" in plan, plan
+    assert "Seq Scan" not in plan, plan
+
+    durable.start("sync_account", {"n": 1})
+    for queues in (None, ["default"]):
+        [(claim_sql, claim_params)] = [
+            (sql, params)
+            for sql, params in sent(
+                lambda queues=queues: store.claim(
+                    worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
+                )
+            )
+            if sql.startswith('UPDATE "durable_run"')
+        ]
+        plan = explain_generic(claim_sql, claim_params)
+        # The claimable statuses are literals in the statement, so even the generic
+        # plan can tell that the partial claim index covers them.
+        assert "durable_run_claim" in plan, plan
+        assert "Seq Scan" not in plan, plan

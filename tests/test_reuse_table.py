@@ -6,8 +6,9 @@ import uuid
 import pytest
 
 import django_durable as durable
+from django_durable import keys
 from django_durable.activity import list as list_activity
-from django_durable.models import Run, Status
+from django_durable.models import Activity, Run, Status
 from tests.helpers import ALL_STATUSES, holder_in
 
 pytestmark = pytest.mark.django_db
@@ -54,11 +55,27 @@ def test_use_existing(define, reuse, status):
         # The old holder keeps its status and its key as history, but holds nothing.
         assert (holder.status, holder.key, holder.holds_key) == (status, "item:1", False)
         assert Run.objects.count() == runs_before + 1
+        assert not Activity.objects.filter(kind="key_duplicate").exists()
     else:
         assert result == durable.StartResult(holder_id, "use_existing")
         assert (holder.status, holder.holds_key) == (status, True)
         assert Run.objects.count() == runs_before
+        assert_duplicate_noted(holder_id, "use_existing", {"value": 2})
     assert Run.objects.filter(key="item:1", holds_key=True).count() == 1
+
+
+def assert_duplicate_noted(holder_id, outcome, input):
+    """The duplicate's one activity row (on PostgreSQL written by the start's statement)."""
+    noted = Activity.objects.get(kind="key_duplicate")
+    holder_input = Run.objects.get(id=holder_id).input
+    assert (noted.run_id, noted.workflow, noted.key) == (holder_id, "keyed", "item:1")
+    assert noted.details == {
+        "key": "item:1",
+        "workflow": "keyed",
+        "outcome": outcome,
+        "input_changed": holder_input != input,
+        "input": input,
+    }
 
 
 @pytest.mark.parametrize("reuse, status", CELLS, ids=[cell_id(c) for c in CELLS])
@@ -78,6 +95,7 @@ def test_error(define, reuse, status):
         assert raised.value.holder_id == holder_id
         assert Run.objects.count() == runs_before
         assert Run.objects.get(id=holder_id).holds_key
+        assert_duplicate_noted(holder_id, "error", {})
 
 
 @pytest.mark.parametrize("reuse", list(FREE))
@@ -147,3 +165,22 @@ def test_a_run_between_retry_attempts_still_holds_its_key():
     run = Run.objects.get(id=run_id)
     assert (run.status, run.attempt, run.holds_key) == (Status.PENDING, 2, True)
     assert durable.start_detailed("slow_retry", {}, key="job:1") == (run_id, "use_existing")
+
+
+@pytest.mark.parametrize("reuse", list(FREE))
+def test_holder_answers_are_the_taken_cells(reuse):
+    """The holder states whose duplicates the start's own statement records: exactly the
+    taken cells above, less a debounced holder no worker has picked up (it takes the
+    newer input instead), and none for the policies that write more."""
+    taken = {
+        (status, picked_up)
+        for status in ALL_STATUSES
+        if status not in FREE[reuse]
+        for picked_up in (False, True)
+    }
+    for policy in ("use_existing", "error"):
+        assert keys.holder_answers(reuse=reuse, on_duplicate=policy) == taken
+        debounced = keys.holder_answers(reuse=reuse, on_duplicate=policy, debounce=True)
+        assert debounced == taken - {(Status.PENDING, False)}
+    for policy in ("cancel_existing", "run_again", ("send_event", "updated")):
+        assert keys.holder_answers(reuse=reuse, on_duplicate=policy) == frozenset()

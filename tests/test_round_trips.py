@@ -53,7 +53,7 @@ def test_start_without_a_key_is_one_statement():
 
 
 @pytest.mark.parametrize("on_duplicate", ["use_existing", "error"])
-def test_duplicate_is_two_statements_holder_lookup_and_activity(on_duplicate):
+def test_duplicate_is_one_statement_holder_lookup_and_activity(on_duplicate):
     holder = durable.start(SyncAccount, {"n": 1}, key="acct:2")
 
     def duplicate():
@@ -64,7 +64,7 @@ def test_duplicate_is_two_statements_holder_lookup_and_activity(on_duplicate):
 
     answer, statements = record(duplicate)
     assert answer == holder
-    assert len(statements.seen) == 2
+    assert len(statements.seen) == 1
     assert not statements.in_transaction
     assert Run.objects.filter(key="acct:2").count() == 1
     activity = Activity.objects.get(kind="key_duplicate")
@@ -99,3 +99,48 @@ def test_a_step_of_a_run_taken_over_records_nothing():
     run_claimed(run)
     assert StepAttempt.objects.filter(run_id=run_id).count() == 0
     assert Run.objects.get(id=run_id).step_index == 0
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def start_and_run_one():
+    durable.start(SyncAccount, {"n": 1}, key="acct:prepared")
+    durable.start(SyncAccount, {"n": 2}, key="acct:prepared")  # a duplicate
+    run_claimed(pick_up(durable.start(Noop)))
+
+
+def test_the_hot_statements_are_prepared_once_per_connection():
+    connection.close()  # a new server session: nothing prepared yet
+    start_and_run_one()
+    prepared = prepared_statements()
+    assert any(s.startswith('WITH new AS (INSERT INTO "durable_run"') for s in prepared)
+    assert any(s.startswith("WITH owned AS (UPDATE") for s in prepared)  # a step's record
+    assert any(s.startswith('UPDATE "durable_run" SET "status" = CASE') for s in prepared)
+    # The same statements again reuse what the session prepared.
+    start_and_run_one()
+    assert len(prepared_statements()) == len(prepared)
+
+
+def test_prepared_statements_can_be_turned_off(settings):
+    settings.DURABLE = {"PREPARED_STATEMENTS": False}
+    connection.close()
+    start_and_run_one()
+    assert prepared_statements() == []
+
+
+def test_a_project_that_sets_no_prepare_threshold_gets_no_prepared_statements():
+    """``OPTIONS = {"prepare_threshold": None}`` is how a project behind a pooler that
+    cannot keep prepared statements says so; the store respects it."""
+    options = connection.settings_dict.setdefault("OPTIONS", {})
+    options["prepare_threshold"] = None
+    try:
+        connection.close()
+        start_and_run_one()
+        assert prepared_statements() == []
+    finally:
+        del options["prepare_threshold"]
+        connection.close()

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.utils import timezone
 
@@ -30,6 +32,14 @@ def is_postgres() -> bool:
 
 def _qn(name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+def _literal(status: str) -> str:
+    """A status as an SQL literal: statuses are the model's own constants, never input,
+    and a literal (unlike a parameter) lets a prepared statement's plan use the
+    partial indexes whose conditions name statuses."""
+    assert status.isidentifier(), status
+    return f"'{status}'"
 
 
 def in_autocommit() -> bool:
@@ -73,10 +83,87 @@ def _field_plan(meta, db) -> list[tuple[Any, str, str, bool]]:
     return plan
 
 
+def sql_cursor():
+    """A cursor for the store's own hot statements (starts, claims, step records).
+
+    On PostgreSQL with psycopg 3 its statements are prepared: PostgreSQL parses and
+    plans each one once per connection instead of at every call, which costs more
+    than executing these statements. Django's own cursor binds parameters in the
+    client and never prepares. Everything else about the cursor is Django's:
+    execute wrappers, query logging, error translation.
+
+    Off with ``DURABLE["PREPARED_STATEMENTS"] = False``, or when the database's
+    ``OPTIONS`` say ``"prepare_threshold": None``.
+    """
+    db = _db()
+    preparing = _preparing_cursor_class()
+    if db.vendor != "postgresql" or preparing is None or not _prepares(db):
+        return db.cursor()
+    db.ensure_connection()
+    raw = db.connection
+    if raw.prepare_threshold is None:
+        # Django leaves psycopg's automatic preparing off; this cursor asks for it
+        # statement by statement, which psycopg only allows with some threshold set.
+        raw.prepare_threshold = _ONLY_WHEN_ASKED
+    factory = raw.cursor_factory
+    raw.cursor_factory = preparing
+    try:
+        return db.cursor()
+    finally:
+        raw.cursor_factory = factory
+
+
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def _prepares(db) -> bool:
+    """Unless turned off, or the project's ``OPTIONS`` say ``prepare_threshold: None``."""
+    options = db.settings_dict.get("OPTIONS") or {}
+    return bool(conf.get("PREPARED_STATEMENTS")) and options.get("prepare_threshold", 0) is not None
+
+
+_PREPARING_CURSOR: list = []
+
+
+def _preparing_cursor_class():
+    """Django's server-binding cursor, preparing every statement it executes (once per
+    connection: psycopg keeps the prepared statements of the last 100 texts)."""
+    if not _PREPARING_CURSOR:
+        try:
+            import psycopg
+            from django.db.backends.postgresql.base import ServerBindingCursor
+        except (ImportError, ImproperlyConfigured):  # no psycopg 3 (SQLite only, or psycopg2)
+            _PREPARING_CURSOR.append(None)
+        else:
+
+            class PreparingCursor(ServerBindingCursor):
+                _executed: tuple = ("", None)
+
+                def execute(self, query, params=None, *, prepare=None, **kwargs):
+                    self._executed = (query, params)
+                    return super().execute(query, params, prepare=prepare is not False, **kwargs)
+
+                # Django's query log (DEBUG, debug toolbars, assertNumQueries) reads the
+                # statement with its values from ``cursor._query.query``, which only a
+                # client-binding cursor keeps: this one writes it out when it is read.
+                @property
+                def _query(self):
+                    query, params = self._executed
+                    client = psycopg.ClientCursor(self.connection)
+                    return SimpleNamespace(query=client.mogrify(query, params).encode())
+
+                @_query.setter
+                def _query(self, value):
+                    pass
+
+            _PREPARING_CURSOR.append(PreparingCursor)
+    return _PREPARING_CURSOR[0]
+
+
 def notify_due(queue: str) -> None:
     """Wake idle workers on PostgreSQL; delivered when the transaction commits."""
     if is_postgres():
-        with connection.cursor() as cursor:
+        with sql_cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [conf.get("NOTIFY_CHANNEL"), queue])
 
 

@@ -24,12 +24,14 @@ from .base import (
     _attempt,
     _db,
     _field_plan,
+    _literal,
     _owned,
     _qn,
     in_autocommit,
     is_postgres,
     notify_due,
     now,
+    sql_cursor,
 )
 from .compensations import hand_back_compensating, recover_expired_compensations
 
@@ -61,11 +63,13 @@ def claim(
         ops.adapt_datetimefield_value(at),
     ]
     where = [
-        f"{_qn('status')} IN ({', '.join(['%s'] * len(CLAIMABLE_STATUSES))})",
+        # Literal statuses, not parameters: a prepared claim's generic plan can then
+        # prove the partial claim index applies.
+        f"{_qn('status')} IN ({', '.join(_literal(s) for s in CLAIMABLE_STATUSES)})",
         f"{_qn('due_at')} IS NOT NULL",
         f"{_qn('due_at')} <= %s",
     ]
-    inner_params: list[Any] = [*CLAIMABLE_STATUSES, ops.adapt_datetimefield_value(at)]
+    inner_params: list[Any] = [ops.adapt_datetimefield_value(at)]
     if queues:
         where.append(f"{_qn('queue')} IN ({', '.join(['%s'] * len(queues))})")
         inner_params.extend(queues)
@@ -80,7 +84,7 @@ def claim(
         f"ORDER BY {_qn('due_at')} LIMIT %s{lock}) RETURNING {_run_columns()}"
     )
     if is_postgres():
-        with connection.cursor() as cursor:
+        with sql_cursor() as cursor:
             cursor.execute(sql, [*params, *inner_params, limit])
             runs = [_run_from_row(row) for row in cursor.fetchall()]
     else:  # SQLite needs the backend's datetime converters: let the ORM apply them
@@ -192,7 +196,7 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
             f"INSERT INTO {qn(StepAttempt._meta.db_table)} ({columns}) "
             f"SELECT {values} FROM owned RETURNING {qn('id')}"
         )
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:

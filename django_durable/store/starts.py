@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 
 from .. import conf
 from ..models import (
@@ -15,7 +15,7 @@ from ..models import (
     Run,
     Status,
 )
-from .base import _db, _field_plan, _qn, is_postgres, now
+from .base import _db, _field_plan, _literal, _qn, is_postgres, now, sql_cursor
 
 # --- starting -----------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def insert_run(run: Run) -> bool:
     for it to commit (then does nothing) or roll back (then inserts).
     """
     sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(f"{sql} RETURNING {_qn('id')}", values)
         inserted = cursor.fetchone() is not None
     if inserted:
@@ -74,53 +74,120 @@ def insert_run(run: Run) -> bool:
     return inserted
 
 
-def insert_or_get_holder(run: Run) -> tuple[bool, Run | None]:
+class DuplicateNote(NamedTuple):
+    """A duplicate that ``insert_or_get_holder`` records in its own statement: when the
+    holder is in one of ``holder_states`` (``(status, picked_up)``, from
+    ``keys.holder_answers``), the start only answers, so its activity row is written
+    right there, with ``outcome`` and the start's ``input``."""
+
+    outcome: str
+    holder_states: frozenset[tuple[str, bool]]
+    input: dict
+
+
+class InsertOrHolder(NamedTuple):
+    """What ``insert_or_get_holder`` found: the run went in, or the holder (None when
+    it finished between the insert and the look), and whether the duplicate was noted."""
+
+    inserted: bool
+    holder: Run | None = None
+    noted: bool = False
+    input_changed: bool | None = None
+
+
+def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
-    On PostgreSQL this is one round trip: the INSERT, the NOTIFY that wakes an
-    idle worker (when the new run is due now; delivered at commit) and, when
-    the key is taken, the holder's row, in one statement. The holder is read
-    with the statement's snapshot, so a holder that committed while the INSERT
-    waited on it is not seen: the caller then asks ``get_holder``, as before.
-    Elsewhere it is ``insert_run`` then ``get_holder`` (and no NOTIFY exists).
-    Returns ``(inserted, holder)``; ``holder`` is None when inserted.
+    On PostgreSQL this is one statement, atomic on its own: the INSERT, the NOTIFY
+    that wakes an idle worker (when the new run is due now; delivered at commit),
+    the holder's row when the key is taken and, with ``note``, the duplicate's
+    activity row when the holder answers it. The holder is read with the
+    statement's snapshot, so a holder that committed while the INSERT waited on it
+    is not seen: the caller then asks ``get_holder``. Elsewhere it is ``insert_run``
+    then ``get_holder``, no NOTIFY, and the caller records the duplicate itself.
     """
     if not is_postgres():
         if insert_run(run):
-            return True, None
-        return False, get_holder(run.workflow, run.key) if run.key is not None else None
+            return InsertOrHolder(True)
+        holder = get_holder(run.workflow, run.key) if run.key is not None else None
+        return InsertOrHolder(False, holder)
     sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
     notify = run.due_at is not None and run.due_at <= now()
-    statement = _INSERT_OR_HOLDER_SQL.get((sql, notify))
-    if statement is None:
-        table = _qn(Run._meta.db_table)
-        holder_columns = ", ".join(f"h.{_qn(c)}" for c in _HOLDER_COLUMNS)
-        nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
-        notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
-        statement = _INSERT_OR_HOLDER_SQL[(sql, notify)] = (
-            f"WITH new AS ({sql} RETURNING {_qn('id')}) "
-            f"SELECT true, {notify_sql}, new.{_qn('id')}, {nulls} FROM new "
-            f"UNION ALL SELECT false, false, {holder_columns} FROM {table} h "
-            f"WHERE h.{_qn('workflow')} = %s AND h.{_qn('key')} = %s AND h.{_qn('holds_key')} "
-            "AND NOT EXISTS (SELECT 1 FROM new)"
-        )
-    params = [*values]
+    answers = note.holder_states if note is not None else frozenset()
+    statement = _insert_or_holder_sql(sql, notify, answers)
+    params = [*values, run.workflow, run.key]  # in the order the statement names them
+    if answers:
+        params += [note.outcome, _db().ops.adapt_json_value(note.input, None), now()]
     if notify:
         params += [conf.get("NOTIFY_CHANNEL"), run.queue]
-    params += [run.workflow, run.key]
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
     if row is None:
-        return False, None
+        return InsertOrHolder(False)
     if row[0]:
         _inserted(run)
-        return True, None
-    holder = Run.from_db(DEFAULT_DB_ALIAS, _HOLDER_COLUMNS, _decode_holder(row[2:]))
-    return False, holder
+        return InsertOrHolder(True)
+    holder = Run.from_db(DEFAULT_DB_ALIAS, _HOLDER_COLUMNS, _decode_holder(row[2:-2]))
+    return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
 
 
-_INSERT_OR_HOLDER_SQL: dict[tuple[str, bool], str] = {}
+_INSERT_OR_HOLDER_SQL: dict[tuple, str] = {}
+
+
+def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
+    cache_key = (insert, notify, answers)
+    statement = _INSERT_OR_HOLDER_SQL.get(cache_key)
+    if statement is not None:
+        return statement
+    qn = _qn
+    holder_columns = ", ".join(qn(c) for c in _HOLDER_COLUMNS)
+    nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
+    notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
+    parts = [
+        f"WITH new AS ({insert} RETURNING {qn('id')}), "
+        f"holder AS (SELECT {holder_columns} FROM {qn(Run._meta.db_table)} "
+        f"WHERE {qn('workflow')} = %s AND {qn('key')} = %s AND {qn('holds_key')} "
+        "AND NOT EXISTS (SELECT 1 FROM new))"
+    ]
+    noted, changed = "false", "NULL::boolean"
+    if answers:
+        # The duplicate's activity row, as record_activity writes it, only when the
+        # holder's state is one in which the start just answers.
+        table = qn(Activity._meta.db_table)
+        changed = "holder.input IS DISTINCT FROM dup.input"
+        parts.append(
+            ", dup AS (SELECT %s::text AS outcome, %s::jsonb AS input, %s::timestamptz AS at), "
+            f"noted AS (INSERT INTO {table} (kind, run_id, workflow, {qn('key')}, details, "
+            f"created_at) SELECT '{Activity.Kind.KEY_DUPLICATE}', holder.id, holder.workflow, "
+            "holder.key, jsonb_build_object('key', holder.key, 'workflow', holder.workflow, "
+            f"'outcome', dup.outcome, 'input_changed', {changed}, 'input', dup.input), dup.at "
+            f"FROM holder, dup WHERE {_holder_in(answers)} RETURNING 1)"
+        )
+        noted = "EXISTS (SELECT 1 FROM noted)"
+        changed = f"(SELECT {changed} FROM dup)"
+    parts.append(
+        f" SELECT true, {notify_sql}, new.{qn('id')}, {nulls}, false, NULL::boolean FROM new "
+        f"UNION ALL SELECT false, false, {holder_columns}, {noted}, {changed} FROM holder"
+    )
+    statement = _INSERT_OR_HOLDER_SQL[cache_key] = "".join(parts)
+    return statement
+
+
+def _holder_in(states: frozenset[tuple[str, bool]]) -> str:
+    """SQL over the ``holder`` row: its ``(status, picked_up)`` is one of ``states``."""
+    by_status: dict[str, set[bool]] = {}
+    for status, picked_up in states:
+        by_status.setdefault(status, set()).add(picked_up)
+    whole = sorted(s for s, seen in by_status.items() if len(seen) == 2)
+    terms = []
+    if whole:
+        terms.append(f"holder.status IN ({', '.join(_literal(s) for s in whole)})")
+    for status, seen in sorted(by_status.items()):
+        if len(seen) == 1:
+            test = "IS NOT NULL" if True in seen else "IS NULL"
+            terms.append(f"(holder.status = {_literal(status)} AND holder.started_at {test})")
+    return f"({' OR '.join(terms)})"
 
 
 def _decode_holder(values: Sequence[Any]) -> list[Any]:
@@ -298,7 +365,7 @@ def record_activity(
     )
     # A plain INSERT: no save() machinery (nothing listens to Activity's model signals).
     sql, values = _insert_statement(activity)
-    with connection.cursor() as cursor:
+    with sql_cursor() as cursor:
         cursor.execute(sql, values)
 
 
