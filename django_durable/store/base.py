@@ -83,7 +83,7 @@ def _field_plan(meta, db) -> list[tuple[Any, str, str, bool]]:
     return plan
 
 
-def sql_cursor():
+def sql_cursor(db=None):
     """A cursor for the store's own hot statements (starts, claims, step records).
 
     On PostgreSQL with psycopg 3 its statements are prepared: PostgreSQL parses and
@@ -93,9 +93,10 @@ def sql_cursor():
     execute wrappers, query logging, error translation.
 
     Off with ``DURABLE["PREPARED_STATEMENTS"] = False``, or when the database's
-    ``OPTIONS`` say ``"prepare_threshold": None``.
+    ``OPTIONS`` say ``"prepare_threshold": None``. ``db``: the default connection,
+    when the caller has it already.
     """
-    db = _db()
+    db = db or _db()
     preparing = _preparing_cursor_class()
     if db.vendor != "postgresql" or preparing is None or not _prepares(db):
         return db.cursor()

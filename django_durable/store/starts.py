@@ -15,7 +15,7 @@ from ..models import (
     Run,
     Status,
 )
-from .base import _db, _field_plan, _literal, _qn, is_postgres, now, sql_cursor
+from .base import _db, _field_plan, _literal, _qn, now, sql_cursor
 
 # --- starting -----------------------------------------------------------------
 
@@ -23,14 +23,14 @@ from .base import _db, _field_plan, _literal, _qn, is_postgres, now, sql_cursor
 _INSERT_SQL: dict[tuple, str] = {}
 
 
-def _insert_statement(obj, *, on_conflict: str = "") -> tuple[str, list]:
+def _insert_statement(obj, *, on_conflict: str = "", db=None) -> tuple[str, list]:
     """A single-row INSERT of a model instance, prepared without the ORM's save().
 
     NULL columns are left out (no column has a database default, so that is the
     same row); the SQL is built once per model and set of columns, so the
     statement text repeats and PostgreSQL can keep a plan for it.
     """
-    db = _db()
+    db = db or _db()
     meta = type(obj)._meta
     columns: list[str] = []
     values: list[Any] = []
@@ -106,21 +106,22 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
     is not seen: the caller then asks ``get_holder``. Elsewhere it is ``insert_run``
     then ``get_holder``, no NOTIFY, and the caller records the duplicate itself.
     """
-    if not is_postgres():
+    db = _db()
+    if db.vendor != "postgresql":
         if insert_run(run):
             return InsertOrHolder(True)
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder)
-    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
+    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING", db=db)
     notify = run.due_at is not None and run.due_at <= now()
     answers = note.holder_states if note is not None else frozenset()
     statement = _insert_or_holder_sql(sql, notify, answers)
     params = [*values, run.workflow, run.key]  # in the order the statement names them
     if answers:
-        params += [note.outcome, _db().ops.adapt_json_value(note.input, None), now()]
+        params += [note.outcome, db.ops.adapt_json_value(note.input, None), now()]
     if notify:
         params += [conf.get("NOTIFY_CHANNEL"), run.queue]
-    with sql_cursor() as cursor:
+    with sql_cursor(db) as cursor:
         cursor.execute(statement, params)
         row = cursor.fetchone()
     if row is None:
