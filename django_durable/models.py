@@ -72,11 +72,23 @@ class Run(models.Model):
     key = models.CharField(max_length=255, null=True, blank=True)
     holds_key = models.BooleanField(default=False)
     # A run_again run waits behind this run; kept afterwards as history.
+    # Indexed only where set (Meta.indexes): most runs have neither, and a start
+    # should not pay for index entries of NULLs.
     runs_after = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="children",
+        db_index=False,
     )
 
     # Progress: the next step to run and the attempt of that step.
@@ -139,11 +151,20 @@ class Run(models.Model):
             ),
         ]
         indexes = [
-            # The claim: due runs of a queue, oldest first.
+            # The claim: due runs of a queue, oldest first (a worker of every queue
+            # skips through it queue by queue: store.runs._claim_sql).
             models.Index(
                 fields=["queue", "due_at"],
                 condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False),
                 name="durable_run_claim",
+            ),
+            models.Index(
+                fields=["parent"], condition=Q(parent__isnull=False), name="durable_run_parent"
+            ),
+            models.Index(
+                fields=["runs_after"],
+                condition=Q(runs_after__isnull=False),
+                name="durable_run_runs_after",
             ),
             # Recovery: running runs whose lease ran out.
             models.Index(

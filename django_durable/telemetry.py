@@ -14,6 +14,7 @@ request's, usually).
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import OrderedDict
 from datetime import datetime
@@ -67,14 +68,22 @@ class _Instruments:
             "durable.key.releases", unit="{release}", description="Keys released by hand"
         )
         self.workflows: OrderedDict[uuid.UUID, str] = OrderedDict()
+        self.listening = False
+        self.checked_until = 0.0
 
     def active(self) -> bool:
-        """Is anything listening? (The API's default proxies record nothing.)"""
+        """Is anything listening? (The API's default proxies record nothing.) A project
+        sets its providers once, at startup: asked again at most once a second."""
         if self.explicit:
             return True
+        at = time.monotonic()
+        if at < self.checked_until:
+            return self.listening
         proxies = (trace.ProxyTracerProvider,)
         meter_proxy = type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider"
-        return not isinstance(trace.get_tracer_provider(), proxies) or not meter_proxy
+        self.listening = not isinstance(trace.get_tracer_provider(), proxies) or not meter_proxy
+        self.checked_until = at + (1.0 if not self.listening else float("inf"))
+        return self.listening
 
 
 _instruments: _Instruments | None = None

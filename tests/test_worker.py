@@ -58,6 +58,44 @@ def test_claims_only_the_queues_it_serves():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["mail"], ["default", "mail"], ["mail", "x", "default"]])
+def test_a_claim_takes_the_oldest_due_runs_of_its_queues(queues):
+    """Oldest due first across the queues served, at most ``limit``, never another queue."""
+    at = store.now()
+    made = {}
+    for n, (queue, minutes) in enumerate(
+        [("default", 5), ("mail", 4), ("default", 3), ("mail", 2), ("other", 6), ("mail", 1)]
+    ):
+        run_id = durable.start(Noop, {"n": n})
+        Run.objects.filter(id=run_id).update(queue=queue, due_at=at - timedelta(minutes=minutes))
+        made[run_id] = (queue, minutes)
+    served = [
+        (minutes, run_id)
+        for run_id, (queue, minutes) in made.items()
+        if queues is None or queue in queues
+    ]
+    oldest_first = [run_id for _minutes, run_id in sorted(served, reverse=True)]
+
+    first = store.claim(worker_id="w", queues=queues, limit=2, lease=timedelta(minutes=1))
+    rest = store.claim(worker_id="w", queues=queues, limit=10, lease=timedelta(minutes=1))
+
+    assert [r.id for r in first] == oldest_first[:2]
+    assert [r.id for r in rest] == oldest_first[2:]
+
+
+@pytest.mark.django_db
+def test_the_idle_look_ahead_finds_the_next_due_time_of_its_queues():
+    at = store.now()
+    for queue, minutes in [("default", 9), ("mail", 7), ("mail", 3), ("other", 1)]:
+        run_id = durable.start(Noop)
+        Run.objects.filter(id=run_id).update(queue=queue, due_at=at + timedelta(minutes=minutes))
+    assert store.next_due_at(None) == at + timedelta(minutes=1)
+    assert store.next_due_at(["default", "mail"]) == at + timedelta(minutes=3)
+    assert store.next_due_at(["default"]) == at + timedelta(minutes=9)
+    assert store.next_due_at(["nothing"]) is None
+
+
+@pytest.mark.django_db
 def test_shutdown_hands_back_claimed_runs_and_unregisters():
     keyed = durable.start(ProcessArticle, {"id": 1}, key="article:1")
     durable.start(ProcessArticle, {"id": 2})

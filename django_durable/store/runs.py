@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F
 from django.db.models.signals import post_save
 
@@ -26,9 +27,6 @@ from .base import (
     _field_plan,
     _literal,
     _owned,
-    _qn,
-    in_autocommit,
-    is_postgres,
     notify_due,
     now,
     sql_cursor,
@@ -49,56 +47,107 @@ def claim(
     same statement is atomic there without row locks.
     """
     at = now()
-    ops = connection.ops
-    table = _qn(Run._meta.db_table)
-    # A claimed compensating run stays compensating (cancel() must keep refusing
-    # it) and stops being due while it is owned.
-    params: list[Any] = [
-        Status.COMPENSATING,
-        Status.COMPENSATING,
-        Status.RUNNING,
-        Status.COMPENSATING,
-        worker_id,
-        ops.adapt_datetimefield_value(at + lease),
-        ops.adapt_datetimefield_value(at),
-    ]
-    where = [
-        # Literal statuses, not parameters: a prepared claim's generic plan can then
-        # prove the partial claim index applies.
-        f"{_qn('status')} IN ({', '.join(_literal(s) for s in CLAIMABLE_STATUSES)})",
-        f"{_qn('due_at')} IS NOT NULL",
-        f"{_qn('due_at')} <= %s",
-    ]
-    inner_params: list[Any] = [ops.adapt_datetimefield_value(at)]
-    if queues:
-        where.append(f"{_qn('queue')} IN ({', '.join(['%s'] * len(queues))})")
-        inner_params.extend(queues)
-    lock = " FOR UPDATE SKIP LOCKED" if is_postgres() else ""
-    sql = (
-        f"UPDATE {table} SET {_qn('status')} = CASE WHEN {_qn('status')} = %s THEN %s "
-        f"ELSE %s END, {_qn('due_at')} = CASE WHEN {_qn('status')} = %s THEN NULL "
-        f"ELSE {_qn('due_at')} END, {_qn('worker_id')} = %s, "
-        f"{_qn('lease_expires_at')} = %s, {_qn('fence')} = {_qn('fence')} + 1, "
-        f"{_qn('started_at')} = COALESCE({_qn('started_at')}, %s) "
-        f"WHERE {_qn('id')} IN (SELECT {_qn('id')} FROM {table} WHERE {' AND '.join(where)} "
-        f"ORDER BY {_qn('due_at')} LIMIT %s{lock}) RETURNING {_run_columns()}"
-    )
-    if is_postgres():
-        with sql_cursor() as cursor:
-            cursor.execute(sql, [*params, *inner_params, limit])
+    db = _db()
+    ops = db.ops
+    queues = list(queues or ())
+    sql, per_queue = _claim_sql(db, len(queues))
+    due_now = ops.adapt_datetimefield_value(at)
+    if per_queue:  # in the order the statement names them: the queues come first
+        params: list[Any] = [*queues, worker_id, ops.adapt_datetimefield_value(at + lease)]
+        params += [due_now, due_now, limit, limit]
+    else:
+        params = [worker_id, ops.adapt_datetimefield_value(at + lease), due_now, due_now]
+        params += [*queues, limit]
+    if db.vendor == "postgresql":
+        with sql_cursor(db) as cursor:
+            cursor.execute(sql, params)
             runs = [_run_from_row(row) for row in cursor.fetchall()]
     else:  # SQLite needs the backend's datetime converters: let the ORM apply them
-        runs = list(Run.objects.raw(sql, [*params, *inner_params, limit]))
+        runs = list(Run.objects.raw(sql, params))
     runs.sort(key=lambda r: (r.due_at or at, r.created_at))
     return runs
 
 
-def _run_columns() -> str:
-    return ", ".join(_qn(f.column) for f in Run._meta.concrete_fields)
+_CLAIM_SQL: dict[tuple[str, int], tuple[str, bool]] = {}
+
+
+def claimable_sql(db) -> str:
+    """The condition of the partial claim index (statuses as literals, see below)."""
+    qn = db.ops.quote_name
+    statuses = ", ".join(_literal(s) for s in CLAIMABLE_STATUSES)
+    return f"{qn('status')} IN ({statuses}) AND {qn('due_at')} IS NOT NULL"
+
+
+def served_queues_sql(db, queues: int) -> str:
+    """A CTE ``served(name)`` (PostgreSQL): the ``queues`` queues named by parameters,
+    or, for 0, every queue with a claimable run, found by skipping through the claim
+    index one queue at a time."""
+    if queues:
+        return f"served(name) AS (VALUES {', '.join(['(%s)'] * queues)}) "
+    qn = db.ops.quote_name
+    table, queue, indexed = qn(Run._meta.db_table), qn("queue"), claimable_sql(db)
+    return (
+        f"RECURSIVE served(name) AS ((SELECT {queue} FROM {table} WHERE {indexed} "
+        f"ORDER BY {queue} LIMIT 1) UNION ALL SELECT (SELECT {queue} FROM {table} "
+        f"WHERE {indexed} AND {queue} > served.name ORDER BY {queue} LIMIT 1) "
+        "FROM served WHERE served.name IS NOT NULL) "
+    )
+
+
+def _claim_sql(db, queues: int) -> tuple[str, bool]:
+    """The claim statement for a worker of ``queues`` queues (0: every queue), and
+    whether it picks per queue.
+
+    On PostgreSQL the claim picks the oldest due runs of each queue served through
+    ``durable_run_claim`` (queue, due_at), then claims the oldest of those: it reads
+    about as many index entries as it claims per queue, however many runs wait in
+    any queue. A worker of every queue first finds the queues that have claimable
+    runs by skipping through the same index, one probe per queue. Statuses are
+    literals, not parameters: a prepared claim's generic plan can then prove that
+    the partial index applies. SQLite has no LATERAL: one ordered scan.
+    """
+    cached = _CLAIM_SQL.get((db.vendor, queues))
+    if cached is not None:
+        return cached
+    qn = db.ops.quote_name
+    table = qn(Run._meta.db_table)
+    status, due_at, queue, id_ = qn("status"), qn("due_at"), qn("queue"), qn("id")
+    compensating = _literal(Status.COMPENSATING)
+    indexed = claimable_sql(db)
+    per_queue = db.vendor == "postgresql"
+    served = served_queues_sql(db, queues) if per_queue else ""
+    if per_queue:
+        picked = (
+            f"SELECT picked.{id_} FROM served CROSS JOIN LATERAL (SELECT {id_}, {due_at} "
+            f"FROM {table} WHERE {queue} = served.name AND {indexed} AND {due_at} <= %s "
+            f"ORDER BY {due_at} LIMIT %s FOR UPDATE SKIP LOCKED) AS picked "
+            f"ORDER BY picked.{due_at} LIMIT %s"
+        )
+    else:
+        of_queues = f" AND {queue} IN ({', '.join(['%s'] * queues)})" if queues else ""
+        picked = (
+            f"SELECT {id_} FROM {table} WHERE {indexed} AND {due_at} <= %s{of_queues} "
+            f"ORDER BY {due_at} LIMIT %s"
+        )
+    columns = ", ".join(qn(f.column) for f in Run._meta.concrete_fields)
+    # A claimed compensating run stays compensating (cancel() must keep refusing
+    # it) and stops being due while it is owned.
+    sql = (
+        f"{'WITH ' + served if served else ''}"
+        f"UPDATE {table} SET {status} = CASE WHEN {status} = {compensating} THEN "
+        f"{compensating} ELSE {_literal(Status.RUNNING)} END, "
+        f"{due_at} = CASE WHEN {status} = {compensating} THEN NULL ELSE {due_at} END, "
+        f"{qn('worker_id')} = %s, {qn('lease_expires_at')} = %s, "
+        f"{qn('fence')} = {qn('fence')} + 1, "
+        f"{qn('started_at')} = COALESCE({qn('started_at')}, %s) "
+        f"WHERE {id_} IN ({picked}) RETURNING {columns}"
+    )
+    _CLAIM_SQL[(db.vendor, queues)] = (sql, per_queue)
+    return sql, per_queue
 
 
 def _run_from_row(row: Sequence[Any]) -> Run:
-    """A whole ``Run`` from a row of ``_run_columns()`` on PostgreSQL, converted as the
+    """A whole ``Run`` from a row of every column on PostgreSQL, converted as the
     ORM would (JSON columns arrive as text), without a RawQuerySet per claim."""
     db = _db()
     values = [
@@ -153,6 +202,11 @@ def _state_between_steps(state: dict | None) -> dict:
 _RECORD_SQL: dict[tuple, str] = {}
 
 
+@functools.cache
+def _fields_of(names: tuple[str, ...]) -> list:
+    return [Run._meta.get_field(name) for name in names]
+
+
 def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAttempt) -> bool:
     """The fenced update of a run this worker owns and, only if it still owns it, the
     insert of the attempt; False (nothing written) when the run is no longer its own.
@@ -162,15 +216,14 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
     INSERT selecting from it. Otherwise it is the UPDATE then the INSERT in a
     transaction (a savepoint inside the caller's).
     """
-    if not (is_postgres() and in_autocommit()):
+    db = _db()
+    if not (db.vendor == "postgresql" and db.get_autocommit()):
         with transaction.atomic():
             if not _owned(run).update(**changes):
                 return False
             attempt.save(force_insert=True)
             return True
-    db = _db()
-    meta = Run._meta
-    fields = [meta.get_field(name) for name in changes]
+    fields = _fields_of(tuple(changes))
     params = [
         field.get_db_prep_save(value, db)
         for field, value in zip(fields, changes.values(), strict=True)
@@ -191,12 +244,12 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
         values = ", ".join(f"%s::{f.db_type(db)}" for f, _v in attempt_fields)
         columns = ", ".join(qn(f.column) for f, _v in attempt_fields)
         sql = _RECORD_SQL[cache_key] = (
-            f"WITH owned AS (UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn('id')} = %s "
+            f"WITH owned AS (UPDATE {qn(Run._meta.db_table)} SET {sets} WHERE {qn('id')} = %s "
             f"AND {qn('fence')} = %s AND {qn('status')} = %s RETURNING {qn('id')}) "
             f"INSERT INTO {qn(StepAttempt._meta.db_table)} ({columns}) "
             f"SELECT {values} FROM owned RETURNING {qn('id')}"
         )
-    with sql_cursor() as cursor:
+    with sql_cursor(db) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
