@@ -8,8 +8,10 @@ PostgreSQL a notifier thread wakes the dispatcher on NOTIFY.
 
 - A claim takes as many runs as there are free threads, in one statement
   (``store.claim``); a thread that finishes a run frees its slot and the
-  dispatcher claims again at once. An idle worker waits for a NOTIFY, for the
-  next due time (timers) or for the poll interval, whichever comes first.
+  dispatcher claims again at once. While runs are short (``CLAIM_AHEAD_BELOW``)
+  it also claims one run ahead per thread, in batches, so threads never wait for
+  a claim. An idle worker waits for a NOTIFY, for the next due time (timers) or
+  for the poll interval, whichever comes first.
 - Every write the executor makes is fenced by the claim, so a worker that lost
   a run (its lease expired, another worker recovered it) cannot record over the
   new owner.
@@ -42,6 +44,12 @@ logger = logging.getLogger("django_durable.worker")
 
 # Shortest idle wait when a due run exists that another worker is claiming.
 MIN_IDLE_WAIT = 0.05
+# Claiming ahead: while runs take less than this on average (seconds), the
+# dispatcher keeps up to one more claimed run per thread waiting, so a thread that
+# finishes takes its next run at once instead of waiting for a claim. Longer runs
+# turn it off: a claimed run never waits long behind another run's step while
+# another worker could have taken it.
+CLAIM_AHEAD_BELOW = 0.05
 
 
 class WorkerIdInUse(Exception):
@@ -100,7 +108,7 @@ class Worker:
         self._dispatch = threading.Condition(self._lock)  # the dispatcher waits for a reason
         self._ready: deque[Held] = deque()  # claimed, not yet picked up by a thread
         self._executing: set[Held] = set()
-        self._free = concurrency
+        self._run_seconds: float | None = None  # how long runs take (moving average)
         self._wake = False
         self._stopping = threading.Event()
         self._finished = threading.Event()
@@ -248,9 +256,9 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 with self._lock:
-                    while self._free == 0 and not self._stopping.is_set():
+                    while not self._stopping.is_set() and not self._should_claim():
                         self._dispatch.wait()
-                    free = self._free
+                    free = self._claimable()
                     self._wake = False
                 if self._stopping.is_set():
                     break
@@ -283,15 +291,27 @@ class Worker:
                 connections.close_all()
                 self._finished.set()
 
+    def _claimable(self) -> int:
+        """How many runs a claim may take now (called with the lock held)."""
+        quick = self._run_seconds is not None and self._run_seconds < CLAIM_AHEAD_BELOW
+        ahead = self.concurrency if quick else 0
+        return self.concurrency + ahead - len(self._ready) - len(self._executing)
+
+    def _should_claim(self) -> bool:
+        """A thread is free, or, claiming ahead, half the runs ahead were taken."""
+        free = self._claimable()
+        if free <= 0:
+            return False
+        return not self._ready or free >= max(1, self.concurrency // 2)
+
     def _hand_out(self, runs: list[Run]) -> None:
         with self._lock:
-            self._free -= len(runs)
             self._ready.extend(Held(run, run.fence) for run in runs)
             self._run_ready.notify(len(runs))
 
     def _idle(self) -> bool:
         with self._lock:
-            return self._free == self.concurrency
+            return not self._ready and not self._executing
 
     def _recover_before_burst_exit(self) -> bool:
         try:
@@ -329,13 +349,16 @@ class Worker:
                         return  # claimed runs not yet started are handed back at shutdown
                     held = self._ready.popleft()
                     self._executing.add(held)
+                started = time.monotonic()
                 try:
                     self.execute(held)
                 finally:
+                    took = time.monotonic() - started
                     with self._lock:
                         self._executing.discard(held)
                         self.runs_executed += 1
-                        self._free += 1
+                        average = self._run_seconds
+                        self._run_seconds = took if average is None else 0.8 * average + 0.2 * took
                         self._wake = True
                         self._dispatch.notify_all()
         finally:

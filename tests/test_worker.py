@@ -20,7 +20,7 @@ from django_durable import executor, store
 from django_durable.context import Context
 from django_durable.maintenance import Maintenance
 from django_durable.models import Run, StepAttempt, WorkerNode
-from django_durable.worker import Held, Worker, WorkerIdInUse
+from django_durable.worker import CLAIM_AHEAD_BELOW, Held, Worker, WorkerIdInUse
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper
 from tests.worker_processes import wait_until
@@ -48,6 +48,32 @@ def test_free_slots_are_filled_by_one_claim_statement(django_assert_num_queries)
     assert {(r.status, r.worker_id, r.fence) for r in runs} == {("running", "batcher", 1)}
     assert all(r.lease_expires_at > store.now() for r in runs)
     assert Run.objects.filter(status="pending").count() == 6
+
+
+@pytest.mark.django_db
+def test_claims_one_run_ahead_per_thread_only_while_runs_are_short():
+    """Quick runs: the next run of each thread is claimed before it is free, so no
+    thread waits for a claim. Slow runs (or none seen yet): only free threads claim,
+    so no claimed run waits behind another's step while another worker could run it."""
+    for _ in range(20):
+        durable.start(Noop)
+    worker = Worker(concurrency=4, worker_id="ahead")
+    with worker._lock:
+        assert worker._claimable() == 4  # nothing measured yet
+        worker._run_seconds = CLAIM_AHEAD_BELOW / 10
+        assert worker._claimable() == 8
+    worker._hand_out(worker.claim_batch(8))
+    assert len(worker.held()) == 8  # their leases are renewed while they wait
+    with worker._lock:
+        assert (worker._claimable(), worker._should_claim()) == (0, False)
+        worker._ready.popleft()  # a thread took one: not yet worth a claim
+        assert (worker._claimable(), worker._should_claim()) == (1, False)
+        worker._ready.popleft()  # half the runs ahead taken: claim them again, together
+        assert (worker._claimable(), worker._should_claim()) == (2, True)
+        worker._ready.clear()  # none waiting: claim at once
+        assert (worker._claimable(), worker._should_claim()) == (8, True)
+        worker._run_seconds = CLAIM_AHEAD_BELOW * 10
+        assert worker._claimable() == 4
 
 
 @pytest.mark.django_db
