@@ -19,7 +19,12 @@ logger = logging.getLogger("django_durable")
 
 def send_after_commit(signal, sender, **kwargs) -> None:
     """Send a signal once the current transaction commits (at once in autocommit)."""
-    transaction.on_commit(lambda: signal.send_robust(sender=sender, **kwargs))
+    if not signal.has_listeners(sender):
+        return
+    if transaction.get_connection().in_atomic_block:
+        transaction.on_commit(lambda: signal.send_robust(sender=sender, **kwargs))
+    else:
+        signal.send_robust(sender=sender, **kwargs)
 
 
 def workflow_class(name: str):

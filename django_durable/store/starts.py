@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, models, transaction
 
 from .. import conf
 from ..models import (
@@ -28,28 +29,61 @@ def _insert_statement(obj, *, on_conflict: str = "", db=None) -> tuple[str, list
 
     NULL columns are left out (no column has a database default, so that is the
     same row); the SQL is built once per model and set of columns, so the
-    statement text repeats and PostgreSQL can keep a plan for it.
+    statement text repeats and PostgreSQL can keep a plan for it. On PostgreSQL a
+    value that is its field's simple default is written as a literal: one
+    parameter fewer to send, and still one statement per shape.
     """
     db = db or _db()
     meta = type(obj)._meta
+    literals = _default_literals(meta) if db.vendor == "postgresql" else {}
     columns: list[str] = []
+    slots: list[str] = []
     values: list[Any] = []
     for field, attname, column, plain in _field_plan(meta, db):
         value = getattr(obj, attname)
-        if value is not None and not plain:
-            value = field.get_db_prep_save(field.pre_save(obj, True), db)
-        if value is not None:
+        if value is None:
+            continue
+        default = literals.get(attname)
+        if default is not None and type(value) is type(default[0]) and value == default[0]:
             columns.append(column)
-            values.append(value)
-    cache_key = (db.vendor, meta.db_table, tuple(columns), on_conflict)
+            slots.append(default[1])
+            continue
+        if not plain:
+            value = field.get_db_prep_save(field.pre_save(obj, True), db)
+            if value is None:
+                continue
+        columns.append(column)
+        slots.append("%s")
+        values.append(value)
+    cache_key = (db.vendor, meta.db_table, tuple(columns), tuple(slots), on_conflict)
     sql = _INSERT_SQL.get(cache_key)
     if sql is None:
         qn = db.ops.quote_name
         sql = _INSERT_SQL[cache_key] = (
             f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))}){on_conflict}"
+            f"VALUES ({', '.join(slots)}){on_conflict}"
         )
     return sql, values
+
+
+@functools.cache
+def _default_literals(meta) -> dict[str, tuple[Any, str]]:
+    """Per field with a simple default (a number, a flag, a plain word, an empty JSON
+    object): the default and its SQL literal."""
+    literals: dict[str, tuple[Any, str]] = {}
+    for field in meta.concrete_fields:
+        if not field.has_default():
+            continue
+        default = field.get_default()
+        if isinstance(field, models.JSONField) and default == {}:
+            literals[field.attname] = ({}, "'{}'")
+        elif isinstance(default, bool):
+            literals[field.attname] = (default, "true" if default else "false")
+        elif isinstance(default, int) and not callable(field.default):
+            literals[field.attname] = (default, str(int(default)))
+        elif isinstance(default, str) and default.replace("_", "").isalnum():
+            literals[field.attname] = (default, f"'{default}'")
+    return literals
 
 
 def _inserted(run: Run) -> None:
