@@ -177,11 +177,11 @@ def start_run(
         if store.in_autocommit()
         else None
     )
-    if answer is not None:
-        result, taken_by = answer
-    else:
+    if answer is None or isinstance(answer, store.InsertOrHolder):
         with transaction.atomic():
-            result, taken_by = _start_keyed(workflow, payload, key, policy, fields)
+            result, taken_by = _start_keyed(workflow, payload, key, policy, fields, answer)
+    else:
+        result, taken_by = answer
     if taken_by is not None:
         raise KeyTaken(taken_by, f"key {key!r} of {workflow.name} is held by run {taken_by}")
     return result
@@ -189,13 +189,14 @@ def start_run(
 
 def _start_keyed_alone(
     workflow, payload, key, policy, fields
-) -> tuple[StartResult | None, Any] | None:
+) -> tuple[StartResult | None, Any] | store.InsertOrHolder:
     """The common keyed starts of a caller in autocommit, without a transaction.
 
-    A new key is one statement; a duplicate that its holder answers
-    (``use_existing``, ``error``) adds only the activity row. Any other answer
-    (hand-off, cancel, debounce, run_again, send_event) needs several writes
-    together: None, and the caller runs the start in a transaction.
+    A new key is one statement, and so is a duplicate that its holder answers
+    (``use_existing``, ``error``; the statement writes the activity row). Any
+    other answer (hand-off, cancel, debounce, run_again, send_event) needs
+    several writes together: what the statement found is returned, and the
+    caller goes on from there in a transaction.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
     note = _duplicate_note(workflow, policy, payload)
@@ -205,7 +206,7 @@ def _start_keyed_alone(
         return StartResult(run.id, "started"), None
     holder = found.holder
     if holder is None:
-        return None
+        return found
     if found.noted:  # the statement recorded the duplicate: the holder answers
         _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
         if note.outcome == "error":
@@ -218,7 +219,7 @@ def _start_keyed_alone(
     if action is Action.RAISE_TAKEN:
         _duplicate(workflow, key, holder, payload, "error")
         return None, holder.id
-    return None
+    return found
 
 
 def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
@@ -240,8 +241,16 @@ def _decide(workflow, policy, holder: Run) -> Action:
     )
 
 
-def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | None, Any]:
-    """One keyed start inside a transaction; returns (result, holder id to raise KeyTaken for)."""
+def _start_keyed(
+    workflow, payload, key, policy, fields, found: store.InsertOrHolder | None = None
+) -> tuple[StartResult | None, Any]:
+    """One keyed start inside a transaction; returns (result, holder id to raise KeyTaken for).
+
+    ``found``: what a first try outside the transaction found (its run was not
+    inserted); the start goes on from its holder instead of trying again. What it
+    then does to the holder is conditional on the holder's state, so a holder that
+    moved on since is seen, and the start decides again.
+    """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
     replaced: Run | None = None  # the holder this start took the key from
     outcome_if_inserted = "started"
@@ -249,9 +258,11 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
     seen: uuid.UUID | None = None
     note = _duplicate_note(workflow, policy, payload)
     while True:
-        found = store.insert_or_get_holder(run, note=note)
-        holder = found.holder
-        if found.inserted:
+        if found is None:
+            found = store.insert_or_get_holder(run, note=note)
+        current, found = found, None  # the next round tries the insert again
+        holder = current.holder
+        if current.inserted:
             _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
             if replaced is not None:
                 _record_handoff(workflow, key, replaced.id, run.id)
@@ -259,8 +270,8 @@ def _start_keyed(workflow, payload, key, policy, fields) -> tuple[StartResult | 
                 store.move_waiting_behind(workflow.name, key, run.id)
             return StartResult(run.id, outcome_if_inserted), None
 
-        if found.noted:  # the statement recorded the duplicate: the holder answers
-            _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
+        if current.noted:  # the statement recorded the duplicate: the holder answers
+            _announce_duplicate(workflow, key, holder, payload, note.outcome, current.input_changed)
             if note.outcome == "error":
                 return None, holder.id
             return StartResult(holder.id, "use_existing"), None
