@@ -219,6 +219,11 @@ def _start_keyed_alone(
     if action is Action.RAISE_TAKEN:
         _duplicate(workflow, key, holder, payload, "error")
         return None, holder.id
+    if action is Action.HAND_OFF:
+        if store.hand_off(run, holder.id, holder.status):
+            _announce_handed_off(workflow, key, holder.id, run)
+            return StartResult(run.id, "handed_off"), None
+        return None  # the holder moved on: start again, in a transaction
     return found
 
 
@@ -287,10 +292,10 @@ def _start_keyed(
 
         action = _decide(workflow, policy, holder)
         if action is Action.HAND_OFF:
-            if store.release_key(holder.id, statuses=[holder.status]):
-                replaced, outcome_if_inserted = holder, "handed_off"
-            else:
-                changes += 1
+            if store.hand_off(run, holder.id, holder.status):
+                _announce_handed_off(workflow, key, holder.id, run)
+                return StartResult(run.id, "handed_off"), None
+            changes += 1  # the holder moved on: decide again
             continue
         if action is Action.CANCEL_EXISTING:
             error = {
@@ -415,6 +420,16 @@ def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) ->
         key=key,
         details={"from_run_id": str(from_id), "to_run_id": str(to_id)},
     )
+    _announce_handoff(workflow, key, from_id, to_id)
+
+
+def _announce_handed_off(workflow, key: str, from_id: uuid.UUID, run: Run) -> None:
+    """A start took the key of a finished holder (``store.hand_off`` wrote it all)."""
+    _announce_new_run(workflow, run, notify=False)  # the statement sent the NOTIFY
+    _announce_handoff(workflow, key, from_id, run.id)
+
+
+def _announce_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) -> None:
     send_after_commit(
         signals.key_handoff,
         workflow,

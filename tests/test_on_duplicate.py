@@ -123,22 +123,22 @@ def test_cancel_existing_cannot_replace_a_compensating_holder(define):
 def test_key_contended_after_three_changes_of_hands(define, monkeypatch):
     """Other starts keep taking the key between this start's steps.
 
-    Each time this start frees the finished holder, a finished run is written
-    as the new holder before its insert, the way a concurrent start that
-    committed in between would (the database does the rest for real)."""
+    Each time this start is about to take the finished holder's key, another start
+    takes it first and leaves a finished run holding it, the way a concurrent start
+    that committed in between would (the database does the rest for real)."""
     from django_durable import store
     from tests.factories import RunFactory
 
     workflow = define("keyed")
     holder_in(workflow, Status.COMPLETED, "item:1")
-    real_release = store.release_key
+    real_hand_off = store.hand_off
 
-    def release_then_another_start_wins(run_id, *, statuses):
-        released = real_release(run_id, statuses=statuses)
+    def another_start_wins_first(run, holder_id, holder_status):
+        Run.objects.filter(id=holder_id).update(holds_key=False)
         RunFactory(workflow="keyed", key="item:1", status=Status.COMPLETED)
-        return released
+        return real_hand_off(run, holder_id, holder_status)
 
-    monkeypatch.setattr(store, "release_key", release_then_another_start_wins)
+    monkeypatch.setattr(store, "hand_off", another_start_wins_first)
     runs_before = Run.objects.count()
     with pytest.raises(durable.KeyContended):
         durable.start(workflow, {}, key="item:1")

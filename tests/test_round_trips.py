@@ -5,10 +5,13 @@ Each statement is recorded with whether it ran inside a transaction: a start by 
 caller in autocommit needs none, so it also costs no BEGIN and no COMMIT.
 """
 
+import uuid
+
 import pytest
 from django.db import connection, transaction
 
 import django_durable as durable
+from django_durable import store
 from django_durable.models import Activity, Run, StepAttempt
 from tests.helpers import pick_up, run_claimed
 from tests.testapp.workflows import Noop, SyncAccount
@@ -144,3 +147,30 @@ def test_a_project_that_sets_no_prepare_threshold_gets_no_prepared_statements():
     finally:
         del options["prepare_threshold"]
         connection.close()
+
+
+def test_a_hand_off_is_one_more_statement_that_does_it_all_or_nothing():
+    old = durable.start(SyncAccount, {"n": 1}, key="acct:handoff")
+    run_claimed(pick_up(old))  # it completes and keeps the key until a start takes it
+
+    result, statements = record(
+        lambda: durable.start_detailed(SyncAccount, {"n": 2}, key="acct:handoff")
+    )
+    assert result.outcome == "handed_off"
+    assert len(statements.seen) == 2  # the first look, then the hand-off
+    assert not statements.in_transaction
+    assert Run.objects.get(key="acct:handoff", holds_key=True).id == result.run_id
+    assert not Run.objects.get(id=old).holds_key
+    handed = Activity.objects.get(kind="key_handed_off")
+    assert (handed.run_id, handed.details["from_run_id"]) == (result.run_id, str(old))
+
+    # A holder that is no longer what the start saw: nothing is written at all.
+    later = durable.start_detailed(SyncAccount, {"n": 3}, key="acct:handoff")
+    assert later.outcome == "use_existing"  # the new holder is pending
+    stale = Run(id=uuid.uuid4(), workflow=SyncAccount.name, key="acct:handoff", holds_key=True)
+    stale.due_at = stale.created_at
+    runs_before = Run.objects.count()
+    assert not store.hand_off(stale, result.run_id, "completed")
+    assert Run.objects.count() == runs_before
+    assert Run.objects.get(id=result.run_id).holds_key
+    assert Activity.objects.filter(kind="key_handed_off").count() == 1

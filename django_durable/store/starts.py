@@ -35,26 +35,7 @@ def _insert_statement(obj, *, on_conflict: str = "", db=None) -> tuple[str, list
     """
     db = db or _db()
     meta = type(obj)._meta
-    literals = _default_literals(meta) if db.vendor == "postgresql" else {}
-    columns: list[str] = []
-    slots: list[str] = []
-    values: list[Any] = []
-    for field, attname, column, plain in _field_plan(meta, db):
-        value = getattr(obj, attname)
-        if value is None:
-            continue
-        default = literals.get(attname)
-        if default is not None and type(value) is type(default[0]) and value == default[0]:
-            columns.append(column)
-            slots.append(default[1])
-            continue
-        if not plain:
-            value = field.get_db_prep_save(field.pre_save(obj, True), db)
-            if value is None:
-                continue
-        columns.append(column)
-        slots.append("%s")
-        values.append(value)
+    columns, slots, values, _fields = _insert_parts(obj, db)
     cache_key = (db.vendor, meta.db_table, tuple(columns), tuple(slots), on_conflict)
     sql = _INSERT_SQL.get(cache_key)
     if sql is None:
@@ -64,6 +45,36 @@ def _insert_statement(obj, *, on_conflict: str = "", db=None) -> tuple[str, list
             f"VALUES ({', '.join(slots)}){on_conflict}"
         )
     return sql, values
+
+
+def _insert_parts(obj, db) -> tuple[list[str], list[str], list[Any], list]:
+    """The columns of an INSERT of ``obj``, each one's SQL (``%s`` or a literal), the
+    parameters, and the fields."""
+    meta = type(obj)._meta
+    literals = _default_literals(meta) if db.vendor == "postgresql" else {}
+    columns: list[str] = []
+    slots: list[str] = []
+    values: list[Any] = []
+    fields: list = []
+    for field, attname, column, plain in _field_plan(meta, db):
+        value = getattr(obj, attname)
+        if value is None:
+            continue
+        default = literals.get(attname)
+        if default is not None and type(value) is type(default[0]) and value == default[0]:
+            columns.append(column)
+            slots.append(default[1])
+            fields.append(field)
+            continue
+        if not plain:
+            value = field.get_db_prep_save(field.pre_save(obj, True), db)
+            if value is None:
+                continue
+        columns.append(column)
+        slots.append("%s")
+        values.append(value)
+        fields.append(field)
+    return columns, slots, values, fields
 
 
 @functools.cache
@@ -231,6 +242,82 @@ def _decode_holder(values: Sequence[Any]) -> list[Any]:
     index = _HOLDER_COLUMNS.index("input")
     values[index] = Run._meta.get_field("input").from_db_value(values[index], None, _db())
     return values
+
+
+class _Retry(Exception):
+    pass
+
+
+def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
+    """Take the key of the finished holder ``holder_id`` for the new ``run``: release
+    it (if it still holds the key in ``holder_status``), insert ``run`` and record the
+    hand-off, all or nothing. False (nothing written) when the holder moved on.
+
+    On PostgreSQL one statement, atomic on its own: the conditional UPDATE of the
+    holder, the INSERT that runs only if it released the key (the released version
+    no longer counts for the unique index within the statement), the activity row
+    and the NOTIFY. Elsewhere the same writes in a transaction.
+    """
+    details = {"from_run_id": str(holder_id), "to_run_id": str(run.id)}
+    db = _db()
+    if db.vendor != "postgresql":
+        try:
+            with transaction.atomic():
+                if not release_key(holder_id, statuses=[holder_status]):
+                    return False
+                if not insert_run(run):
+                    raise _Retry  # undo the release: another run holds the key now
+                record_activity(
+                    Activity.Kind.KEY_HANDED_OFF,
+                    run_id=run.id,
+                    workflow=run.workflow,
+                    key=run.key,
+                    details=details,
+                )
+        except _Retry:
+            return False
+        return True
+    columns, slots, values, fields = _insert_parts(run, db)
+    notify = run.due_at is not None and run.due_at <= now()
+    cache_key = (tuple(columns), tuple(slots), notify)
+    sql = _HAND_OFF_SQL.get(cache_key)
+    if sql is None:
+        qn = db.ops.quote_name
+        table = qn(Run._meta.db_table)
+        # Explicit casts: a SELECT list does not take its types from the target columns.
+        selected = ", ".join(
+            f"{slot}::{field.db_type(db)}" for slot, field in zip(slots, fields, strict=True)
+        )
+        notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
+        sql = _HAND_OFF_SQL[cache_key] = (
+            f"WITH released AS (UPDATE {table} SET {qn('holds_key')} = false "
+            f"WHERE {qn('id')} = %s AND {qn('holds_key')} AND {qn('status')} = %s "
+            f"RETURNING {qn('id')}), "
+            f"new AS (INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
+            f"SELECT {selected} WHERE EXISTS (SELECT 1 FROM released) RETURNING {qn('id')}), "
+            f"noted AS (INSERT INTO {qn(Activity._meta.db_table)} (kind, run_id, workflow, "
+            f"{qn('key')}, details, created_at) SELECT "
+            f"'{Activity.Kind.KEY_HANDED_OFF}', new.{qn('id')}, %s::text, %s::text, "
+            "%s::jsonb, %s::timestamptz FROM new RETURNING 1) "
+            f"SELECT {notify_sql}, EXISTS (SELECT 1 FROM noted) FROM new"
+        )
+    params = [holder_id, holder_status, *values, run.workflow, run.key]
+    params += [
+        db.ops.adapt_json_value({"key": run.key, "workflow": run.workflow, **details}, None),
+        now(),
+    ]
+    if notify:
+        params += [conf.get("NOTIFY_CHANNEL"), run.queue]
+    with sql_cursor(db) as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    _inserted(run)
+    return True
+
+
+_HAND_OFF_SQL: dict[tuple, str] = {}
 
 
 def create_run(run: Run) -> None:
