@@ -207,11 +207,8 @@ def _start_keyed_alone(
     holder = found.holder
     if holder is None:
         return found
-    if found.noted:  # the statement recorded the duplicate: the holder answers
-        _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
-        if note.outcome == "error":
-            return None, holder.id
-        return StartResult(holder.id, "use_existing"), None
+    if found.noted:
+        return _noted_answer(workflow, key, payload, note, found)
     action = _decide(workflow, policy, holder)
     if action is Action.USE_EXISTING:
         _duplicate(workflow, key, holder, payload, "use_existing")
@@ -225,6 +222,15 @@ def _start_keyed_alone(
             return StartResult(run.id, "handed_off"), None
         return None  # the holder moved on: start again, in a transaction
     return found
+
+
+def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | None, Any]:
+    """The statement recorded the duplicate: the holder answers (or KeyTaken names it)."""
+    holder = found.holder
+    _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
+    if note.outcome == "error":
+        return None, holder.id
+    return StartResult(holder.id, "use_existing"), None
 
 
 def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
@@ -275,11 +281,8 @@ def _start_keyed(
                 store.move_waiting_behind(workflow.name, key, run.id)
             return StartResult(run.id, outcome_if_inserted), None
 
-        if current.noted:  # the statement recorded the duplicate: the holder answers
-            _announce_duplicate(workflow, key, holder, payload, note.outcome, current.input_changed)
-            if note.outcome == "error":
-                return None, holder.id
-            return StartResult(holder.id, "use_existing"), None
+        if current.noted:
+            return _noted_answer(workflow, key, payload, note, current)
         if holder is None:
             holder = store.get_holder(workflow.name, key)
         if holder is None or (seen is not None and holder.id != seen):
