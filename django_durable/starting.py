@@ -1,0 +1,440 @@
+"""Starting runs: ``start()`` and what a start does when its key is taken.
+
+A start validates its arguments before anything is written, asks ``keys`` what
+the rules say about the key's holder, makes its writes through ``store`` (one
+statement where it can, else one short transaction, a savepoint inside the
+caller's), and announces what happened with activity rows and signals sent
+after commit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from typing import Any, NamedTuple
+
+from django.db import transaction
+
+from . import keys, signals, store
+from .definition import Workflow, registry, validate_on_duplicate
+from .exceptions import (
+    KeyContended,
+    KeyTaken,
+)
+from .keys import Action
+from .lifecycle import (
+    announce_finished,
+    send_after_commit,
+)
+from .models import FINISHED_STATUSES, Activity, Run, Status
+
+MAX_CHANGES_OF_HANDS = 3
+
+
+class StartResult(NamedTuple):
+    """What answered a start: ``run_id`` and the ``outcome`` that produced it."""
+
+    run_id: uuid.UUID
+    outcome: str
+
+
+def _validate_input(value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
+    try:
+        # Round-trip so the stored input is exactly what a reader gets back.
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
+
+
+def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
+    at = store.now()
+    run = _blank_run(
+        id=uuid.uuid4(),
+        workflow=workflow.name,
+        queue=workflow.queue,
+        status=Status.PENDING,
+        input=payload,
+        key=key,
+        created_at=at,
+        due_at=at,
+        timeout_at=at + workflow.timeout if workflow.timeout else None,
+    )
+    for name, value in fields.items():
+        setattr(run, name, value)
+    if key is not None and workflow.debounce is not None and "due_at" not in fields:
+        timeout = workflow.debounce.timeout
+        run.debounce_deadline = at + timeout if timeout is not None else None
+        _set_debounced_due(run, workflow, run.debounce_deadline)
+    return run
+
+
+def _blank_run(**values: Any) -> Run:
+    """``Run(**values)``, built the quick way Django builds a model from a row: every
+    field positionally, the others at their defaults (a start is a hot path)."""
+    index, defaults, factories = _run_template()
+    row = defaults.copy()
+    for position, factory in factories:
+        row[position] = factory()
+    for name, value in values.items():
+        row[index[name]] = value
+    return Run(*row)
+
+
+@functools.cache
+def _run_template() -> tuple[dict[str, int], list[Any], list[tuple[int, Any]]]:
+    fields = Run._meta.concrete_fields
+    index = {field.attname: position for position, field in enumerate(fields)}
+    defaults = [None if callable(field.default) else field.get_default() for field in fields]
+    factories = [
+        (position, field.default)
+        for position, field in enumerate(fields)
+        if field.has_default() and callable(field.default)
+    ]
+    return index, defaults, factories
+
+
+def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
+    """A debounced run is due one period from now, but never after its deadline;
+    the workflow timeout counts from when it is due."""
+    due = store.now() + workflow.debounce.period
+    if deadline is not None and due > deadline:
+        due = deadline
+    run.due_at = due
+    run.timeout_at = due + workflow.timeout if workflow.timeout else None
+
+
+def start(
+    workflow: type[Workflow] | str,
+    input: dict | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> uuid.UUID:
+    """Start ``workflow`` with ``input``, at most once per ``key``.
+
+    Returns the id of the run that answers: the new run, the holder, or the waiting run.
+    """
+    return start_detailed(workflow, input, key=key, on_duplicate=on_duplicate).run_id
+
+
+def start_detailed(
+    workflow: type[Workflow] | str,
+    input: dict | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> StartResult:
+    """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
+    definition = registry.resolve(workflow)
+    payload = _validate_input(input)
+    key = keys.validate_key(key)
+    policy = definition.on_duplicate
+    if on_duplicate is not None:
+        policy = validate_on_duplicate(on_duplicate, "start()")
+        if policy == "run_again" and definition.reuse == "never":
+            raise ValueError(
+                f"on_duplicate='run_again' cannot be used with {definition.name}'s reuse='never'"
+            )
+    return start_run(definition, payload, key, policy)
+
+
+def start_run(
+    workflow: type[Workflow],
+    payload: dict,
+    key: str | None,
+    policy: str | tuple[str, str],
+    **fields: Any,
+) -> StartResult:
+    """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
+    if key is None:
+        run = _new_run(workflow, payload, None, **fields)
+        if store.in_autocommit():
+            # One statement (INSERT and NOTIFY), atomic on its own: no BEGIN/COMMIT.
+            store.insert_or_get_holder(run)  # no key: always inserted
+            _announce_new_run(workflow, run, notify=False)
+        else:
+            with transaction.atomic():
+                store.create_run(run)
+                _announce_new_run(workflow, run)
+        return StartResult(run.id, "started")
+
+    answer = (
+        _start_keyed_alone(workflow, payload, key, policy, fields)
+        if store.in_autocommit()
+        else None
+    )
+    if answer is None or isinstance(answer, store.InsertOrHolder):
+        with transaction.atomic():
+            result, taken_by = _start_keyed(workflow, payload, key, policy, fields, answer)
+    else:
+        result, taken_by = answer
+    if taken_by is not None:
+        raise KeyTaken(taken_by, f"key {key!r} of {workflow.name} is held by run {taken_by}")
+    return result
+
+
+def _start_keyed_alone(
+    workflow, payload, key, policy, fields
+) -> tuple[StartResult | None, Any] | store.InsertOrHolder:
+    """The common keyed starts of a caller in autocommit, without a transaction.
+
+    A new key is one statement, and so is a duplicate that its holder answers
+    (``use_existing``, ``error``; the statement writes the activity row). Any
+    other answer (hand-off, cancel, debounce, run_again, send_event) needs
+    several writes together: what the statement found is returned, and the
+    caller goes on from there in a transaction.
+    """
+    run = _new_run(workflow, payload, key, holds_key=True, **fields)
+    note = _duplicate_note(workflow, policy, payload)
+    found = store.insert_or_get_holder(run, note=note)
+    if found.inserted:
+        _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
+        return StartResult(run.id, "started"), None
+    holder = found.holder
+    if holder is None:
+        return found
+    if found.noted:
+        return _noted_answer(workflow, key, payload, note, found)
+    action = _decide(workflow, policy, holder)
+    if action is Action.USE_EXISTING:
+        _duplicate(workflow, key, holder, payload, "use_existing")
+        return StartResult(holder.id, "use_existing"), None
+    if action is Action.RAISE_TAKEN:
+        _duplicate(workflow, key, holder, payload, "error")
+        return None, holder.id
+    if action is Action.HAND_OFF:
+        if store.hand_off(run, holder.id, holder.status):
+            _announce_handed_off(workflow, key, holder.id, run)
+            return StartResult(run.id, "handed_off"), None
+        return None  # the holder moved on: start again, in a transaction
+    return found
+
+
+def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | None, Any]:
+    """The statement recorded the duplicate: the holder answers (or KeyTaken names it)."""
+    holder = found.holder
+    _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
+    if note.outcome == "error":
+        return None, holder.id
+    return StartResult(holder.id, "use_existing"), None
+
+
+def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
+    """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
+    if policy not in ("use_existing", "error"):
+        return None
+    states = keys.holder_answers(
+        reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
+    )
+    return store.DuplicateNote(policy, states, payload)
+
+
+def _decide(workflow, policy, holder: Run) -> Action:
+    return keys.decide(
+        reuse=workflow.reuse,
+        on_duplicate=policy,
+        holder=keys.Holder(status=holder.status, picked_up=holder.started_at is not None),
+        debounce=workflow.debounce is not None,
+    )
+
+
+def _start_keyed(
+    workflow, payload, key, policy, fields, found: store.InsertOrHolder | None = None
+) -> tuple[StartResult | None, Any]:
+    """One keyed start inside a transaction; returns (result, holder id to raise KeyTaken for).
+
+    ``found``: what a first try outside the transaction found (its run was not
+    inserted); the start goes on from its holder instead of trying again. What it
+    then does to the holder is conditional on the holder's state, so a holder that
+    moved on since is seen, and the start decides again.
+    """
+    run = _new_run(workflow, payload, key, holds_key=True, **fields)
+    replaced: Run | None = None  # the holder this start took the key from
+    outcome_if_inserted = "started"
+    changes = 0
+    seen: uuid.UUID | None = None
+    note = _duplicate_note(workflow, policy, payload)
+    while True:
+        if found is None:
+            found = store.insert_or_get_holder(run, note=note)
+        current, found = found, None  # the next round tries the insert again
+        holder = current.holder
+        if current.inserted:
+            _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
+            if replaced is not None:
+                _record_handoff(workflow, key, replaced.id, run.id)
+            if outcome_if_inserted == "cancel_existing":
+                store.move_waiting_behind(workflow.name, key, run.id)
+            return StartResult(run.id, outcome_if_inserted), None
+
+        if current.noted:
+            return _noted_answer(workflow, key, payload, note, current)
+        if holder is None:
+            holder = store.get_holder(workflow.name, key)
+        if holder is None or (seen is not None and holder.id != seen):
+            changes += 1
+        if changes >= MAX_CHANGES_OF_HANDS:
+            raise KeyContended(f"key {key!r} of {workflow.name} changed hands during the start")
+        if holder is None:
+            continue
+        seen = holder.id
+
+        action = _decide(workflow, policy, holder)
+        if action is Action.HAND_OFF:
+            if store.hand_off(run, holder.id, holder.status):
+                _announce_handed_off(workflow, key, holder.id, run)
+                return StartResult(run.id, "handed_off"), None
+            changes += 1  # the holder moved on: decide again
+            continue
+        if action is Action.CANCEL_EXISTING:
+            error = {
+                "type": "Replaced",
+                "message": f"cancelled by a start of key {key!r}; replaced by run {run.id}",
+                "replaced_by": str(run.id),
+            }
+            if store.replace_holder(holder.id, error):
+                holder.status = Status.CANCELLED
+                announce_finished(holder)
+                _duplicate(workflow, key, holder, payload, "cancel_existing")
+                replaced, outcome_if_inserted = holder, "cancel_existing"
+                _cancel_children(holder.id)
+            else:
+                changes += 1
+            continue
+        if action is Action.USE_EXISTING:
+            _duplicate(workflow, key, holder, payload, "use_existing")
+            return StartResult(holder.id, "use_existing"), None
+        if action is Action.RAISE_TAKEN:
+            _duplicate(workflow, key, holder, payload, "error")
+            return None, holder.id
+        if action is Action.SEND_EVENT:
+            store.deliver(holder.id, "event", policy[1], payload, keep=True)
+            _duplicate(workflow, key, holder, payload, "send_event")
+            return StartResult(holder.id, "send_event"), None
+        if action is Action.DEBOUNCE:
+            outcome = "debounced" if workflow.debounce is not None else "run_again"
+            if _give_newer_input(workflow, holder, payload):
+                _duplicate(workflow, key, holder, payload, outcome)
+                return StartResult(holder.id, outcome), None
+            changes += 1  # a worker picked it up meanwhile: decide again
+            continue
+        if action is Action.RUN_AGAIN:
+            answer = _run_again(workflow, key, holder, payload, fields)
+            if answer is not None:
+                return answer, None
+            changes += 1
+            continue
+        raise AssertionError(f"unhandled key action {action}")
+
+
+def _give_newer_input(workflow, holder: Run, payload: dict) -> bool:
+    """A holder no worker has picked up takes the newer input (and, debounced, waits again)."""
+    fields: dict[str, Any] = {}
+    if workflow.debounce is not None:
+        _set_debounced_due(holder, workflow, holder.debounce_deadline)
+        fields = {"due_at": holder.due_at, "timeout_at": holder.timeout_at}
+    return store.update_pending_input(holder.id, payload, **fields)
+
+
+def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult | None:
+    """Leave one run waiting behind ``holder`` (or give the waiting one the newest input)."""
+    locked = store.get_holder(workflow.name, key, lock=True)
+    if locked is None or locked.id != holder.id or locked.status in FINISHED_STATUSES:
+        return None  # the holder finished or changed: decide again
+    waiting = store.get_waiting_behind(workflow.name, key, lock=True)
+    if waiting is not None:
+        store.update_waiting_input(waiting.id, payload)
+        waiting_id = waiting.id
+    else:
+        behind = _new_run(
+            workflow,
+            payload,
+            key,
+            holds_key=False,
+            runs_after_id=holder.id,
+            due_at=None,
+            timeout_at=None,
+            **fields,
+        )
+        if not store.insert_run(behind):
+            return None  # another start left its waiting run first: update that one
+        _announce_new_run(workflow, behind, notify=False)
+        waiting_id = behind.id
+    _duplicate(workflow, key, holder, payload, "run_again", runs_after=holder.id)
+    return StartResult(waiting_id, "run_again")
+
+
+def _announce_new_run(workflow, run: Run, *, notify: bool = True) -> None:
+    if notify and run.due_at is not None and run.due_at <= store.now():
+        store.notify_due(run.queue)
+    send_after_commit(
+        signals.run_started, workflow, run_id=run.id, workflow=run.workflow, key=run.key
+    )
+
+
+def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra) -> None:
+    """Record a start that found its key taken: activity now, a signal after commit."""
+    input_changed = payload != holder.input
+    details = {"outcome": outcome, "input_changed": input_changed, "input": payload}
+    if "runs_after" in extra:
+        details["runs_after"] = str(extra["runs_after"])
+    store.record_activity(
+        Activity.Kind.KEY_DUPLICATE,
+        run_id=holder.id,
+        workflow=workflow.name,
+        key=key,
+        details=details,
+    )
+    _announce_duplicate(workflow, key, holder, payload, outcome, input_changed)
+
+
+def _announce_duplicate(workflow, key, holder: Run, payload, outcome, input_changed) -> None:
+    send_after_commit(
+        signals.key_duplicate,
+        workflow,
+        run_id=holder.id,
+        workflow=workflow.name,
+        key=key,
+        outcome=outcome,
+        input_changed=input_changed,
+        input=payload,
+    )
+
+
+def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) -> None:
+    store.record_activity(
+        Activity.Kind.KEY_HANDED_OFF,
+        run_id=to_id,
+        workflow=workflow.name,
+        key=key,
+        details={"from_run_id": str(from_id), "to_run_id": str(to_id)},
+    )
+    _announce_handoff(workflow, key, from_id, to_id)
+
+
+def _announce_handed_off(workflow, key: str, from_id: uuid.UUID, run: Run) -> None:
+    """A start took the key of a finished holder (``store.hand_off`` wrote it all)."""
+    _announce_new_run(workflow, run, notify=False)  # the statement sent the NOTIFY
+    _announce_handoff(workflow, key, from_id, run.id)
+
+
+def _announce_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) -> None:
+    send_after_commit(
+        signals.key_handoff,
+        workflow,
+        from_run_id=from_id,
+        to_run_id=to_id,
+        workflow=workflow.name,
+        key=key,
+    )
+
+
+def _cancel_children(parent_id: uuid.UUID) -> None:
+    for child_id in store.active_children(parent_id):
+        store.cancel_run(child_id, {"type": "Cancelled", "message": "its parent run was cancelled"})
+        _cancel_children(child_id)
