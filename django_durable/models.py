@@ -152,7 +152,7 @@ class Run(models.Model):
         ]
         indexes = [
             # The claim: due runs of a queue, oldest first (a worker of every queue
-            # skips through it queue by queue: store.runs._claim_sql).
+            # skips through it queue by queue: store.claims).
             models.Index(
                 fields=["queue", "due_at"],
                 condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False),

@@ -201,12 +201,8 @@ def _start_keyed_alone(
     if found.noted:
         return _noted_answer(workflow, key, payload, note, found)
     action = _decide(workflow, policy, holder)
-    if action is Action.USE_EXISTING:
-        _duplicate(workflow, key, holder, payload, "use_existing")
-        return StartResult(holder.id, "use_existing"), None
-    if action is Action.RAISE_TAKEN:
-        _duplicate(workflow, key, holder, payload, "error")
-        return None, holder.id
+    if action in _HOLDER_ANSWERS:
+        return _holder_answers(workflow, key, holder, payload, action)
     if action is Action.HAND_OFF:
         if store.hand_off(run, holder.id, holder.status):
             _announce_handed_off(workflow, key, holder.id, run)
@@ -215,13 +211,26 @@ def _start_keyed_alone(
     return found
 
 
+_HOLDER_ANSWERS = {Action.USE_EXISTING: "use_existing", Action.RAISE_TAKEN: "error"}
+
+
+def _holder_answers(workflow, key, holder: Run, payload, action) -> tuple[StartResult | None, Any]:
+    """The holder answers the start (``use_existing``), or KeyTaken names it (``error``):
+    the duplicate is recorded either way."""
+    outcome = _HOLDER_ANSWERS[action]
+    _duplicate(workflow, key, holder, payload, outcome)
+    return _answered_by(holder, outcome)
+
+
+def _answered_by(holder: Run, outcome: str) -> tuple[StartResult | None, Any]:
+    return (None, holder.id) if outcome == "error" else (StartResult(holder.id, outcome), None)
+
+
 def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | None, Any]:
     """The statement recorded the duplicate: the holder answers (or KeyTaken names it)."""
     holder = found.holder
     _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
-    if note.outcome == "error":
-        return None, holder.id
-    return StartResult(holder.id, "use_existing"), None
+    return _answered_by(holder, note.outcome)
 
 
 def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
@@ -306,12 +315,8 @@ def _start_keyed(
             else:
                 changes += 1
             continue
-        if action is Action.USE_EXISTING:
-            _duplicate(workflow, key, holder, payload, "use_existing")
-            return StartResult(holder.id, "use_existing"), None
-        if action is Action.RAISE_TAKEN:
-            _duplicate(workflow, key, holder, payload, "error")
-            return None, holder.id
+        if action in _HOLDER_ANSWERS:
+            return _holder_answers(workflow, key, holder, payload, action)
         if action is Action.SEND_EVENT:
             store.deliver(holder.id, "event", policy[1], payload, keep=True)
             _duplicate(workflow, key, holder, payload, "send_event")

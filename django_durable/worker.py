@@ -44,11 +44,8 @@ logger = logging.getLogger("django_durable.worker")
 
 # Shortest idle wait when a due run exists that another worker is claiming.
 MIN_IDLE_WAIT = 0.05
-# Claiming ahead: while runs take less than this on average (seconds), the
-# dispatcher keeps up to one more claimed run per thread waiting, so a thread that
-# finishes takes its next run at once instead of waiting for a claim. Longer runs
-# turn it off: a claimed run never waits long behind another run's step while
-# another worker could have taken it.
+# Claim one run ahead per thread only while runs take less than this on average
+# (seconds): a claimed run never waits long behind another run's step.
 CLAIM_AHEAD_BELOW = 0.05
 
 

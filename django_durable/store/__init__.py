@@ -9,7 +9,9 @@ value the claim set, and the run must still be running).
 
 from .base import *  # noqa: F403
 from .children import *  # noqa: F403
+from .claims import *  # noqa: F403
 from .compensations import *  # noqa: F403
+from .holders import *  # noqa: F403
 from .pruning import *  # noqa: F403
 from .runs import *  # noqa: F403
 from .schedules import *  # noqa: F403

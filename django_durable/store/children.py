@@ -11,7 +11,7 @@ from ..models import (
     Status,
 )
 from .base import LeaseLost, _owned, notify_due, now
-from .starts import cancel_run
+from .holders import cancel_run
 
 # --- children -------------------------------------------------------------------
 

@@ -1,22 +1,22 @@
-"""Starting runs with keys, and acting on runs (cancel, resume, hand a key on)."""
+"""Starting runs with keys: one statement that inserts or finds the holder, the
+hand-off, and the activity rows that record what keys did."""
 
 from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, models, transaction
+from django.db import DEFAULT_DB_ALIAS, models, transaction
 
 from .. import conf
 from ..models import (
     Activity,
     Run,
-    Status,
 )
 from .base import _db, _field_plan, _literal, _qn, now, sql_cursor
+from .holders import HOLDER_FIELDS, get_holder, release_key
 
 # --- starting -----------------------------------------------------------------
 
@@ -92,9 +92,21 @@ def _default_literals(meta) -> dict[str, tuple[Any, str]]:
             literals[field.attname] = (default, "true" if default else "false")
         elif isinstance(default, int) and not callable(field.default):
             literals[field.attname] = (default, str(int(default)))
-        elif isinstance(default, str) and default.replace("_", "").isalnum():
-            literals[field.attname] = (default, f"'{default}'")
+        elif isinstance(default, str) and default.isidentifier():
+            literals[field.attname] = (default, _literal(default))
     return literals
+
+
+def _wake_params(run: Run) -> list:
+    """The NOTIFY parameters for a run due now (delivered at commit); none otherwise."""
+    if run.due_at is not None and run.due_at <= now():
+        return [conf.get("NOTIFY_CHANNEL"), run.queue]
+    return []
+
+
+def _notify_sql(notify: bool) -> str:
+    """A boolean column that sends the NOTIFY of ``_wake_params`` when there is one."""
+    return "pg_notify(%s, %s)::text IS NULL" if notify else "false"
 
 
 def _inserted(run: Run) -> None:
@@ -158,16 +170,14 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder)
     sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING", db=db)
-    notify = run.due_at is not None and run.due_at <= now()
+    wake = _wake_params(run)
     answers = note.holder_states if note is not None else frozenset()
-    statement = _insert_or_holder_sql(sql, notify, answers)
+    statement = _insert_or_holder_sql(sql, bool(wake), answers)
     params = [*values, run.workflow, run.key]  # in the order the statement names them
     if answers:
         params += [note.outcome, db.ops.adapt_json_value(note.input, None), now()]
-    if notify:
-        params += [conf.get("NOTIFY_CHANNEL"), run.queue]
     with sql_cursor(db) as cursor:
-        cursor.execute(statement, params)
+        cursor.execute(statement, params + wake)
         row = cursor.fetchone()
     if row is None:
         return InsertOrHolder(False)
@@ -189,7 +199,6 @@ def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
     qn = _qn
     holder_columns = ", ".join(qn(c) for c in _HOLDER_COLUMNS)
     nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
-    notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
     parts = [
         f"WITH new AS ({insert} RETURNING {qn('id')}), "
         f"holder AS (SELECT {holder_columns} FROM {qn(Run._meta.db_table)} "
@@ -213,7 +222,8 @@ def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
         noted = "EXISTS (SELECT 1 FROM noted)"
         changed = f"(SELECT {changed} FROM dup)"
     parts.append(
-        f" SELECT true, {notify_sql}, new.{qn('id')}, {nulls}, false, NULL::boolean FROM new "
+        f" SELECT true, {_notify_sql(notify)}, new.{qn('id')}, {nulls}, false, NULL::boolean "
+        "FROM new "
         f"UNION ALL SELECT false, false, {holder_columns}, {noted}, {changed} FROM holder"
     )
     statement = _INSERT_OR_HOLDER_SQL[cache_key] = "".join(parts)
@@ -239,7 +249,7 @@ def _holder_in(states: frozenset[tuple[str, bool]]) -> str:
 def _decode_holder(values: Sequence[Any]) -> list[Any]:
     """The JSON ``input`` column arrives as text (Django loads jsonb itself)."""
     values = list(values)
-    index = _HOLDER_COLUMNS.index("input")
+    index = _HOLDER_INPUT
     values[index] = Run._meta.get_field("input").from_db_value(values[index], None, _db())
     return values
 
@@ -278,8 +288,8 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
             return False
         return True
     columns, slots, values, fields = _insert_parts(run, db)
-    notify = run.due_at is not None and run.due_at <= now()
-    cache_key = (tuple(columns), tuple(slots), notify)
+    wake = _wake_params(run)
+    cache_key = (tuple(columns), tuple(slots), bool(wake))
     sql = _HAND_OFF_SQL.get(cache_key)
     if sql is None:
         qn = db.ops.quote_name
@@ -288,7 +298,6 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
         selected = ", ".join(
             f"{slot}::{field.db_type(db)}" for slot, field in zip(slots, fields, strict=True)
         )
-        notify_sql = "pg_notify(%s, %s)::text IS NULL" if notify else "false"
         sql = _HAND_OFF_SQL[cache_key] = (
             f"WITH released AS (UPDATE {table} SET {qn('holds_key')} = false "
             f"WHERE {qn('id')} = %s AND {qn('holds_key')} AND {qn('status')} = %s "
@@ -299,15 +308,14 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
             f"{qn('key')}, details, created_at) SELECT "
             f"'{Activity.Kind.KEY_HANDED_OFF}', new.{qn('id')}, %s::text, %s::text, "
             "%s::jsonb, %s::timestamptz FROM new RETURNING 1) "
-            f"SELECT {notify_sql}, EXISTS (SELECT 1 FROM noted) FROM new"
+            f"SELECT {_notify_sql(bool(wake))}, EXISTS (SELECT 1 FROM noted) FROM new"
         )
     params = [holder_id, holder_status, *values, run.workflow, run.key]
     params += [
         db.ops.adapt_json_value({"key": run.key, "workflow": run.workflow, **details}, None),
         now(),
+        *wake,
     ]
-    if notify:
-        params += [conf.get("NOTIFY_CHANNEL"), run.queue]
     with sql_cursor(db) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -325,153 +333,12 @@ def create_run(run: Run) -> None:
     run.save(force_insert=True)
 
 
-HOLDER_FIELDS = (
-    "id",
-    "workflow",
-    "status",
-    "input",
-    "started_at",
-    "due_at",
-    "debounce_deadline",
-    "key",
-    "holds_key",
-)
-
-
 # The holder columns insert_or_get_holder returns, in the model's field order
 # (which ``Model.from_db`` expects for a partial row).
 _HOLDER_COLUMNS = tuple(
     f.attname for f in Run._meta.concrete_fields if f.attname in {*HOLDER_FIELDS, "queue"}
 )
-
-
-def get_holder(workflow: str, key: str, *, lock: bool = False) -> Run | None:
-    """The run holding ``key``; with ``lock``, its row stays locked until commit so a
-    finishing holder and a start that waits behind it see each other."""
-    runs = Run.objects.only(*HOLDER_FIELDS, "queue")
-    if lock:
-        runs = runs.select_for_update()
-    return runs.filter(workflow=workflow, key=key, holds_key=True).first()
-
-
-def release_key(run_id: uuid.UUID, *, statuses: Iterable[str]) -> bool:
-    """Let ``run_id`` give up its key if it still holds it in one of ``statuses``."""
-    return bool(
-        Run.objects.filter(id=run_id, holds_key=True, status__in=list(statuses)).update(
-            holds_key=False
-        )
-    )
-
-
-def take_key(run_id: uuid.UUID) -> bool:
-    """Make ``run_id`` the holder of its key again; False if another run holds it."""
-    try:
-        with transaction.atomic():
-            return bool(Run.objects.filter(id=run_id, holds_key=False).update(holds_key=True))
-    except IntegrityError:
-        return False
-
-
-def replace_holder(holder_id: uuid.UUID, error: dict) -> bool:
-    """Cancel an active, non-compensating holder and free its key, in one statement."""
-    at = now()
-    return bool(
-        Run.objects.filter(
-            id=holder_id,
-            holds_key=True,
-            status__in=[Status.PENDING, Status.RUNNING, Status.WAITING],
-        ).update(
-            status=Status.CANCELLED,
-            holds_key=False,
-            error=error,
-            finished_at=at,
-            due_at=None,
-            lease_expires_at=None,
-        )
-    )
-
-
-def update_pending_input(run_id: uuid.UUID, input: dict, **fields: Any) -> bool:
-    """Give a run that no worker has picked up a newer input (debounce, run_again)."""
-    return bool(
-        Run.objects.filter(id=run_id, status=Status.PENDING, started_at__isnull=True).update(
-            input=input, **fields
-        )
-    )
-
-
-def get_waiting_behind(workflow: str, key: str, *, lock: bool = False) -> Run | None:
-    runs = Run.objects.only(*HOLDER_FIELDS, "runs_after", "queue")
-    if lock:
-        runs = runs.select_for_update()
-    return runs.filter(
-        workflow=workflow,
-        key=key,
-        holds_key=False,
-        runs_after__isnull=False,
-        status=Status.PENDING,
-    ).first()
-
-
-def update_waiting_input(run_id: uuid.UUID, input: dict) -> None:
-    Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(input=input)
-
-
-def move_waiting_behind(workflow: str, key: str, holder_id: uuid.UUID) -> None:
-    """The run waiting behind a replaced holder waits behind its replacement instead."""
-    Run.objects.filter(
-        workflow=workflow,
-        key=key,
-        status=Status.PENDING,
-        holds_key=False,
-        runs_after__isnull=False,
-    ).exclude(id=holder_id).update(runs_after=holder_id)
-
-
-def active_children(parent_id: uuid.UUID) -> list[uuid.UUID]:
-    return list(
-        Run.objects.filter(
-            parent_id=parent_id, status__in=[Status.PENDING, Status.RUNNING, Status.WAITING]
-        ).values_list("id", flat=True)
-    )
-
-
-def wait_behind(run_id: uuid.UUID, holder_id: uuid.UUID) -> None:
-    Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(
-        runs_after=holder_id
-    )
-
-
-def take_key_and_run(run_id: uuid.UUID, *, timeout: timedelta | None) -> bool:
-    """A waiting ``run_again`` run takes its key and becomes due; its timeout starts now."""
-    at = now()
-    try:
-        with transaction.atomic():
-            return bool(
-                Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(
-                    holds_key=True,
-                    due_at=at,
-                    timeout_at=at + timeout if timeout else None,
-                )
-            )
-    except IntegrityError:
-        return False
-
-
-def waiting_behind_finished() -> list[tuple[str, str]]:
-    """Keys with a run waiting behind a holder that finished or no longer holds them."""
-    waiting = Run.objects.filter(
-        status=Status.PENDING, holds_key=False, runs_after__isnull=False
-    ).exclude(
-        runs_after__status__in=[
-            Status.PENDING,
-            Status.RUNNING,
-            Status.WAITING,
-            Status.COMPENSATING,
-        ],
-        runs_after__holds_key=True,
-    )
-    return list(waiting.values_list("workflow", "key")[:500])
+_HOLDER_INPUT = _HOLDER_COLUMNS.index("input")
 
 
 def record_activity(
@@ -489,35 +356,3 @@ def record_activity(
     sql, values = _insert_statement(activity)
     with sql_cursor() as cursor:
         cursor.execute(sql, values)
-
-
-# --- acting on runs -------------------------------------------------------------
-
-
-def cancel_run(run_id: uuid.UUID, error: Any) -> bool:
-    """Mark an active run cancelled. Its key stays held: a status change never frees a key."""
-    return bool(
-        Run.objects.filter(
-            id=run_id, status__in=[Status.PENDING, Status.RUNNING, Status.WAITING]
-        ).update(
-            status=Status.CANCELLED,
-            error=error,
-            finished_at=now(),
-            due_at=None,
-            lease_expires_at=None,
-        )
-    )
-
-
-def resume_failed(run_id: uuid.UUID) -> bool:
-    """A failed run becomes due again at the step that failed, with a fresh attempt count."""
-    return bool(
-        Run.objects.filter(id=run_id, status=Status.FAILED).update(
-            status=Status.PENDING,
-            attempt=1,
-            due_at=now(),
-            finished_at=None,
-            worker_id=None,
-            lease_expires_at=None,
-        )
-    )

@@ -1,4 +1,4 @@
-"""Worker processes: registration, leases, next due time, the LISTEN connection."""
+"""Worker processes: registration, leases, the LISTEN connection."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from django.db import connection, connections, transaction
 from django.db.models import Q
 
 from ..models import (
-    CLAIMABLE_STATUSES,
     Run,
     Status,
     WorkerNode,
 )
-from .base import _db, is_postgres, notify_due, now, sql_cursor
-from .runs import claimable_sql, served_queues_sql
+from .base import is_postgres, notify_due, now
 
 # --- worker ---------------------------------------------------------------------
 # Registration of worker processes, lease renewal for the runs a worker holds,
@@ -105,29 +103,6 @@ def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
     queues = Run.objects.filter(id__in=list(run_ids)).values_list("queue", flat=True)
     for queue in set(queues):
         notify_due(queue)
-
-
-def next_due_at(queues: Sequence[str] | None) -> datetime | None:
-    """When the next claimable run of ``queues`` becomes due (the claim index answers
-    it: on PostgreSQL the first entry of each queue served, see ``served_queues_sql``)."""
-    db = _db()
-    if db.vendor != "postgresql":
-        runs = Run.objects.filter(status__in=CLAIMABLE_STATUSES, due_at__isnull=False)
-        if queues:
-            runs = runs.filter(queue__in=list(queues))
-        return runs.order_by("due_at").values_list("due_at", flat=True).first()
-    queues = list(queues or ())
-    qn = db.ops.quote_name
-    due_at = qn("due_at")
-    sql = (
-        f"WITH {served_queues_sql(db, len(queues))}SELECT min(first.{due_at}) FROM served "
-        f"CROSS JOIN LATERAL (SELECT {due_at} FROM {qn(Run._meta.db_table)} "
-        f"WHERE {qn('queue')} = served.name AND {claimable_sql(db)} "
-        f"ORDER BY {due_at} LIMIT 1) AS first"
-    )
-    with sql_cursor(db) as cursor:
-        cursor.execute(sql, queues)
-        return cursor.fetchone()[0]
 
 
 def reset_connection_after_error() -> None:
