@@ -69,10 +69,11 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_durable.E008",
             )
         )
-    if not isinstance(values["PREPARED_STATEMENTS"], bool):
-        errors.append(
-            Error("DURABLE['PREPARED_STATEMENTS'] must be True or False.", id="django_durable.E009")
-        )
+    for name, check_id in (("PREPARED_STATEMENTS", "E009"), ("ASYNC_DUPLICATE_RECORDS", "E010")):
+        if not isinstance(values[name], bool):
+            errors.append(
+                Error(f"DURABLE[{name!r}] must be True or False.", id=f"django_durable.{check_id}")
+            )
     return errors
 
 

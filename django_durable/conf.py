@@ -34,6 +34,10 @@ DEFAULTS: dict[str, Any] = {
     # False behind a pooler in transaction mode that cannot keep prepared statements
     # (PgBouncer before 1.21, or without max_prepared_statements).
     "PREPARED_STATEMENTS": True,
+    # On PostgreSQL, a duplicate that only answers (use_existing, error) of a start made
+    # outside a transaction commits its activity row without waiting for the WAL flush:
+    # a crash of the database in the next moment can lose that row, never a run or a key.
+    "ASYNC_DUPLICATE_RECORDS": True,
 }
 
 

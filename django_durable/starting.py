@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 
-from . import keys, signals, store
+from . import conf, keys, signals, store
 from .definition import Workflow, registry, validate_on_duplicate
 from .exceptions import (
     KeyContended,
@@ -74,28 +74,28 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
 
 
 def _blank_run(**values: Any) -> Run:
-    """``Run(**values)``, built the quick way Django builds a model from a row: every
-    field positionally, the others at their defaults (a start is a hot path)."""
-    index, defaults, factories = _run_template()
-    row = defaults.copy()
-    for position, factory in factories:
-        row[position] = factory()
-    for name, value in values.items():
-        row[index[name]] = value
-    return Run(*row)
+    """``Run(**values)``: the other fields at their defaults (a start is a hot path)."""
+    template, factories = _run_template()
+    row = template.copy()
+    for attname, factory in factories:
+        if attname not in values:
+            row[attname] = factory()
+    row.update(values)
+    return store.build(Run, row)
 
 
 @functools.cache
-def _run_template() -> tuple[dict[str, int], list[Any], list[tuple[int, Any]]]:
-    fields = Run._meta.concrete_fields
-    index = {field.attname: position for position, field in enumerate(fields)}
-    defaults = [None if callable(field.default) else field.get_default() for field in fields]
-    factories = [
-        (position, field.default)
-        for position, field in enumerate(fields)
-        if field.has_default() and callable(field.default)
-    ]
-    return index, defaults, factories
+def _run_template() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """Each field's value in a new Run: a constant default, or a callable one to call."""
+    template: dict[str, Any] = {}
+    factories: list[tuple[str, Any]] = []
+    for field in Run._meta.concrete_fields:
+        if field.has_default() and callable(field.default):
+            factories.append((field.attname, field.default))
+            template[field.attname] = None
+        else:
+            template[field.attname] = field.get_default()
+    return template, factories
 
 
 def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
@@ -190,7 +190,7 @@ def _start_keyed_alone(
     caller goes on from there in a transaction.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
-    note = _duplicate_note(workflow, policy, payload)
+    note = _duplicate_note(workflow, policy, payload, alone=True)
     found = store.insert_or_get_holder(run, note=note)
     if found.inserted:
         _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
@@ -233,14 +233,19 @@ def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | No
     return _answered_by(holder, note.outcome)
 
 
-def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
-    """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
+def _duplicate_note(
+    workflow, policy, payload: dict, *, alone: bool = False
+) -> store.DuplicateNote | None:
+    """For ``use_existing`` and ``error``: let the insert record the duplicate itself.
+    ``alone``: the statement is its own transaction, so when it only records a
+    duplicate it may commit without the WAL flush (``ASYNC_DUPLICATE_RECORDS``)."""
     if policy not in ("use_existing", "error"):
         return None
     states = keys.holder_answers(
         reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
     )
-    return store.DuplicateNote(policy, states, payload)
+    commit_async = alone and conf.get("ASYNC_DUPLICATE_RECORDS")
+    return store.DuplicateNote(policy, states, payload, commit_async)
 
 
 def _decide(workflow, policy, holder: Run) -> Action:

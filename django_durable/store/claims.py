@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
-
 from ..models import CLAIMABLE_STATUSES, Run, Status
-from .base import _db, _literal, now, sql_cursor
+from .base import _db, _literal, build, now, sql_cursor
 
 
 def claim(
@@ -131,9 +129,10 @@ def _run_from_row(row: Sequence[Any]) -> Run:
         field.from_db_value(value, None, db) if convert and value is not None else value
         for (field, convert), value in zip(_run_converters(), row, strict=True)
     ]
-    return Run.from_db(DEFAULT_DB_ALIAS, None, values)
+    return build(Run, dict(zip(_RUN_ATTNAMES, values, strict=True)), from_db=True)
 
 
+_RUN_ATTNAMES = [field.attname for field in Run._meta.concrete_fields]
 _CONVERTERS: list[tuple[Any, bool]] = []
 
 

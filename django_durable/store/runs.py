@@ -24,6 +24,7 @@ from .base import (
     _db,
     _field_plan,
     _owned,
+    _prepared,
     notify_due,
     now,
     sql_cursor,
@@ -94,8 +95,7 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
     params += [run.id, run.fence, Status.RUNNING]
     attempt_fields = [
         (field, value)
-        for field, _attname, _column, _plain in _field_plan(StepAttempt._meta, db)
-        if (value := field.get_db_prep_save(field.pre_save(attempt, True), db)) is not None
+        for field, _column, value in _prepared(_field_plan(StepAttempt._meta, db), attempt)
     ]
     params += [value for _field, value in attempt_fields]
     cache_key = (tuple(changes), tuple(f.column for f, _v in attempt_fields))

@@ -15,7 +15,7 @@ from ..models import (
     Activity,
     Run,
 )
-from .base import _db, _field_plan, _literal, _qn, now, sql_cursor
+from .base import _db, _field_plan, _literal, _qn, build, now, sql_cursor
 from .holders import HOLDER_FIELDS, get_holder, release_key
 
 # --- starting -----------------------------------------------------------------
@@ -52,12 +52,13 @@ def _insert_parts(obj, db) -> tuple[list[str], list[str], list[Any], list]:
     parameters, and the fields."""
     meta = type(obj)._meta
     literals = _default_literals(meta) if db.vendor == "postgresql" else {}
+    state = obj.__dict__
     columns: list[str] = []
     slots: list[str] = []
     values: list[Any] = []
     fields: list = []
-    for field, attname, column, plain in _field_plan(meta, db):
-        value = getattr(obj, attname)
+    for field, attname, column, prep in _field_plan(meta, db):
+        value = state[attname] if attname in state else getattr(obj, attname)
         if value is None:
             continue
         default = literals.get(attname)
@@ -66,8 +67,8 @@ def _insert_parts(obj, db) -> tuple[list[str], list[str], list[Any], list]:
             slots.append(default[1])
             fields.append(field)
             continue
-        if not plain:
-            value = field.get_db_prep_save(field.pre_save(obj, True), db)
+        if prep is not None:
+            value = prep(value)
             if value is None:
                 continue
         columns.append(column)
@@ -140,6 +141,9 @@ class DuplicateNote(NamedTuple):
     outcome: str
     holder_states: frozenset[tuple[str, bool]]
     input: dict
+    # Commit without waiting for the WAL flush when the duplicate is all the statement
+    # writes (only for a statement that is its own transaction).
+    commit_async: bool = False
 
 
 class InsertOrHolder(NamedTuple):
@@ -172,7 +176,8 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
     sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING", db=db)
     wake = _wake_params(run)
     answers = note.holder_states if note is not None else frozenset()
-    statement = _insert_or_holder_sql(sql, bool(wake), answers)
+    commit_async = note is not None and note.commit_async
+    statement = _insert_or_holder_sql(sql, bool(wake), answers, commit_async)
     params = [*values, run.workflow, run.key]  # in the order the statement names them
     if answers:
         params += [note.outcome, db.ops.adapt_json_value(note.input, None), now()]
@@ -184,15 +189,16 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
     if row[0]:
         _inserted(run)
         return InsertOrHolder(True)
-    holder = Run.from_db(DEFAULT_DB_ALIAS, _HOLDER_COLUMNS, _decode_holder(row[2:-2]))
+    values = dict(zip(_HOLDER_COLUMNS, _decode_holder(row[2:-2]), strict=True))
+    holder = build(Run, values, from_db=True)
     return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
 
 
 _INSERT_OR_HOLDER_SQL: dict[tuple, str] = {}
 
 
-def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
-    cache_key = (insert, notify, answers)
+def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset, commit_async: bool) -> str:
+    cache_key = (insert, notify, answers, commit_async)
     statement = _INSERT_OR_HOLDER_SQL.get(cache_key)
     if statement is not None:
         return statement
@@ -217,7 +223,8 @@ def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
             f"created_at) SELECT '{Activity.Kind.KEY_DUPLICATE}', holder.id, holder.workflow, "
             "holder.key, jsonb_build_object('key', holder.key, 'workflow', holder.workflow, "
             f"'outcome', dup.outcome, 'input_changed', {changed}, 'input', dup.input), dup.at "
-            f"FROM holder, dup WHERE {_holder_in(answers)} RETURNING 1)"
+            f"FROM holder, dup WHERE {_holder_in(answers)} "
+            f"RETURNING {_noted_returns(commit_async)})"
         )
         noted = "EXISTS (SELECT 1 FROM noted)"
         changed = f"(SELECT {changed} FROM dup)"
@@ -228,6 +235,13 @@ def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset) -> str:
     )
     statement = _INSERT_OR_HOLDER_SQL[cache_key] = "".join(parts)
     return statement
+
+
+def _noted_returns(commit_async: bool) -> str:
+    """What the duplicate's INSERT returns; with ``commit_async`` it also turns off
+    ``synchronous_commit`` for this transaction, and only when the row is written (a
+    new run inserted by the same statement keeps the flush)."""
+    return "set_config('synchronous_commit', 'off', true)" if commit_async else "1"
 
 
 def _holder_in(states: frozenset[tuple[str, bool]]) -> str:
