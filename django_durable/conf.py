@@ -47,4 +47,5 @@ def durable_settings() -> dict[str, Any]:
 
 
 def get(name: str) -> Any:
-    return durable_settings()[name]
+    configured = getattr(settings, "DURABLE", None) or {}
+    return configured[name] if name in configured else DEFAULTS[name]

@@ -149,16 +149,21 @@ def sql_cursor(db=None):
     On PostgreSQL with psycopg 3 its statements are prepared: PostgreSQL parses and
     plans each one once per connection instead of at every call, which costs more
     than executing these statements. Django's own cursor binds parameters in the
-    client and never prepares. Everything else about the cursor is Django's:
-    execute wrappers, query logging, error translation.
+    client and never prepares. Django's error translation always applies; while
+    execute wrappers are installed or queries are logged (DEBUG, assertNumQueries),
+    statements go through Django's own cursor wrapper, so they see every statement.
+    Otherwise they skip it: a wrapper that has nothing to do costs about as much as
+    the rest of the client's work on a short statement.
 
     Off with ``DURABLE["PREPARED_STATEMENTS"] = False``, or when the database's
     ``OPTIONS`` say ``"prepare_threshold": None``. ``db``: the default connection,
     when the caller has it already.
     """
     db = db or _db()
+    if db.vendor != "postgresql" or not _prepares(db):
+        return db.cursor()
     preparing = _preparing_cursor_class()
-    if db.vendor != "postgresql" or preparing is None or not _prepares(db):
+    if preparing is None:
         return db.cursor()
     db.ensure_connection()
     raw = db.connection
@@ -166,35 +171,55 @@ def sql_cursor(db=None):
     kept = getattr(db, "_durable_cursor", None)
     # One cursor per connection, kept between statements (its results are read
     # before the next): making one is a measurable part of a start.
-    if kept is not None and kept[0] is raw and kept[1] == logged and not kept[2].closed:
-        return _KeptCursor(kept[2])
-    if raw.prepare_threshold is None:
-        # Django leaves psycopg's automatic preparing off; this cursor asks for it
-        # statement by statement, which psycopg only allows with some threshold set.
-        raw.prepare_threshold = _ONLY_WHEN_ASKED
-    factory = raw.cursor_factory
-    raw.cursor_factory = preparing
-    try:
-        cursor = db.cursor()
-    finally:
-        raw.cursor_factory = factory
-    db._durable_cursor = (raw, logged, cursor)
-    return _KeptCursor(cursor)
+    if kept is None or kept[0] is not raw or kept[1] != logged or kept[2].closed:
+        if raw.prepare_threshold is None:
+            # Django leaves psycopg's automatic preparing off; this cursor asks for it
+            # statement by statement, which psycopg only allows with some threshold set.
+            raw.prepare_threshold = _ONLY_WHEN_ASKED
+        factory = raw.cursor_factory
+        raw.cursor_factory = preparing
+        try:
+            cursor = db.cursor()
+        finally:
+            raw.cursor_factory = factory
+        kept = db._durable_cursor = (raw, logged, cursor)
+    wrapped = kept[2]
+    return _KeptCursor(db, wrapped.cursor, wrapped if logged or db.execute_wrappers else None)
 
 
 class _KeptCursor:
-    """``with sql_cursor() as cursor:`` for a kept cursor: leaving does not close it."""
+    """``with sql_cursor() as cursor:`` for a kept cursor: leaving does not close it.
+    Either Django's wrapper of it (``wrapped``) or this, which keeps only what that
+    wrapper does for a statement when nothing wraps or logs it."""
 
-    __slots__ = ("cursor",)
+    __slots__ = ("db", "cursor", "wrapped")
 
-    def __init__(self, cursor):
+    def __init__(self, db, cursor, wrapped):
+        self.db = db
         self.cursor = cursor
+        self.wrapped = wrapped
 
     def __enter__(self):
-        return self.cursor
+        return self.wrapped if self.wrapped is not None else self
 
     def __exit__(self, *exc_info) -> None:
         return None
+
+    def execute(self, sql, params=None):
+        db = self.db
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            return self.cursor.execute(sql, params)
+
+    def fetchone(self):
+        return self.cursor.fetchone()
+
+    def fetchall(self):
+        return self.cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self.cursor.rowcount
 
 
 _ONLY_WHEN_ASKED = 2**31 - 1
