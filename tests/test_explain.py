@@ -155,3 +155,54 @@ def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
         # plan can tell that the partial claim index covers them.
         assert "durable_run_claim" in plan, plan
         assert "Seq Scan" not in plan, plan
+
+
+def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
+    """Statistics from a table without holders, then thousands of them: the generic plan
+    must still find a holder through the unique index, not by scanning an index of
+    every holder (which a prepared statement would then keep doing at every start)."""
+    at = timezone.now()
+    # Analysed when no run held a key (a worker's backlog of unkeyed runs, say).
+    Run.objects.bulk_create(
+        Run(id=uuid.uuid4(), workflow="noop", status=Status.COMPLETED, created_at=at)
+        for _ in range(SEEDED)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    Run.objects.bulk_create(
+        Run(
+            id=uuid.uuid4(),
+            workflow="sync_account",
+            key=f"account:{n}",
+            holds_key=True,
+            created_at=at,
+            due_at=at,
+        )
+        for n in range(SEEDED)
+    )
+    [(start_sql, start_params)] = [
+        (sql, params)
+        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:7"))
+        if sql.startswith("WITH new AS")
+    ]
+    plan = explain_generic(start_sql, start_params)
+    # An index that starts with (workflow, key): the unique one, or, while the
+    # statistics say holders are rare, the index of every keyed run, which reads
+    # only that key's runs.
+    [holder_scan] = [line for line in plan.splitlines() if "Index Scan using" in line]
+    assert "durable_run_one_holder_per_key" in holder_scan or "durable_run_workflow_key" in (
+        holder_scan
+    ), plan
+    assert "durable_run_held_status" not in plan, plan
+
+    # A hand-off releases the finished holder's key by its primary key, not by
+    # scanning an index of holders.
+    Run.objects.filter(key="account:7").update(status=Status.COMPLETED, due_at=None)
+    [(handoff_sql, handoff_params)] = [
+        (sql, params)
+        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:7"))
+        if sql.startswith("WITH released AS")
+    ]
+    plan = explain_generic(handoff_sql, handoff_params)
+    [release_scan] = [line for line in plan.splitlines() if "Scan using" in line]
+    assert "durable_run_pkey" in release_scan, plan

@@ -312,9 +312,13 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
         selected = ", ".join(
             f"{slot}::{field.db_type(db)}" for slot, field in zip(slots, fields, strict=True)
         )
+        # "holds_key IS NOT FALSE" (the column is NOT NULL, so: holds_key) does not let
+        # the planner use the partial indexes of holders: the run is found by its
+        # primary key. Statistics from when holders were rare made a whole scan of
+        # such an index look cheaper, and the prepared plan kept it.
         sql = _HAND_OFF_SQL[cache_key] = (
             f"WITH released AS (UPDATE {table} SET {qn('holds_key')} = false "
-            f"WHERE {qn('id')} = %s AND {qn('holds_key')} AND {qn('status')} = %s "
+            f"WHERE {qn('id')} = %s AND {qn('holds_key')} IS NOT FALSE AND {qn('status')} = %s "
             f"RETURNING {qn('id')}), "
             f"new AS (INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
             f"SELECT {selected} WHERE EXISTS (SELECT 1 FROM released) RETURNING {qn('id')}), "
