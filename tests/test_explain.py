@@ -128,14 +128,17 @@ def explain_generic(sql: str, params: list) -> str:
             cursor.execute("RESET plan_cache_mode")
 
 
+def generic_plan_of(fn, starting: str) -> str:
+    """The generic plan of the one statement ``fn`` sends that starts with ``starting``."""
+    [(sql, params)] = [(sql, params) for sql, params in sent(fn) if sql.startswith(starting)]
+    return explain_generic(sql, params)
+
+
 def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
     durable.start("sync_account", {}, key="account:generic")
-    [(start_sql, start_params)] = [
-        (sql, params)
-        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:generic"))
-        if sql.startswith("WITH new AS")
-    ]
-    plan = explain_generic(start_sql, start_params)
+    plan = generic_plan_of(
+        lambda: durable.start("sync_account", {}, key="account:generic"), "WITH new AS"
+    )
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -180,12 +183,9 @@ def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
         )
         for n in range(SEEDED)
     )
-    [(start_sql, start_params)] = [
-        (sql, params)
-        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:7"))
-        if sql.startswith("WITH new AS")
-    ]
-    plan = explain_generic(start_sql, start_params)
+    plan = generic_plan_of(
+        lambda: durable.start("sync_account", {}, key="account:7"), "WITH new AS"
+    )
     # An index that starts with (workflow, key): the unique one, or, while the
     # statistics say holders are rare, the index of every keyed run, which reads
     # only that key's runs.
@@ -198,11 +198,8 @@ def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
     # A hand-off releases the finished holder's key by its primary key, not by
     # scanning an index of holders.
     Run.objects.filter(key="account:7").update(status=Status.COMPLETED, due_at=None)
-    [(handoff_sql, handoff_params)] = [
-        (sql, params)
-        for sql, params in sent(lambda: durable.start("sync_account", {}, key="account:7"))
-        if sql.startswith("WITH released AS")
-    ]
-    plan = explain_generic(handoff_sql, handoff_params)
+    plan = generic_plan_of(
+        lambda: durable.start("sync_account", {}, key="account:7"), "WITH released AS"
+    )
     [release_scan] = [line for line in plan.splitlines() if "Scan using" in line]
     assert "durable_run_pkey" in release_scan, plan
