@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -109,17 +111,50 @@ def _prep_for(field, db):
     return prep
 
 
-def _prepared(plan, obj) -> list[tuple[Any, str, Any]]:
-    """(field, column, value for the database) of each non-NULL value of ``obj``."""
+def _prepared(plan, obj, literals: dict[str, tuple[Any, str]] | None = None) -> list[tuple]:
+    """(field, column, slot, value) of each non-NULL value of ``obj``, the value as the
+    database takes it. ``slot`` is ``%s``, or the SQL literal of a field's simple
+    default (``literals``, from ``starts._default_literals``) when the value is that
+    default; the value is then None (nothing to send)."""
     state = obj.__dict__
     row = []
     for field, attname, column, prep in plan:
         value = state[attname] if attname in state else getattr(obj, attname)
-        if value is not None and prep is not None:
+        if value is None:
+            continue
+        default = literals.get(attname) if literals else None
+        if default is not None and type(value) is type(default[0]) and value == default[0]:
+            row.append((field, column, default[1], None))
+            continue
+        if prep is not None:
             value = prep(value)
-        if value is not None:
-            row.append((field, column, value))
+            if value is None:
+                continue
+        row.append((field, column, "%s", value))
     return row
+
+
+def run_from_row(attnames: Sequence[str], row: Sequence[Any]) -> Run:
+    """A ``Run`` from a row of the columns ``attnames`` (in the model's field order) read
+    on PostgreSQL, converted as the ORM would (JSON columns arrive as text); the other
+    fields are deferred. Cheaper than a RawQuerySet per row."""
+    db = _db()
+    converters = _converters()
+    values = {}
+    for attname, value in zip(attnames, row, strict=True):
+        field = converters.get(attname)
+        values[attname] = (
+            field.from_db_value(value, None, db)
+            if field is not None and value is not None
+            else value
+        )
+    return build(Run, values, from_db=True)
+
+
+@functools.cache
+def _converters() -> dict[str, Any]:
+    """Run's fields that convert what the database returns, by attname."""
+    return {f.attname: f for f in Run._meta.concrete_fields if hasattr(f, "from_db_value")}
 
 
 def build(model, values: dict[str, Any], *, from_db: bool = False):

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..models import CLAIMABLE_STATUSES, Run, Status
-from .base import _db, _literal, build, now, sql_cursor
+from .base import _db, _literal, now, run_from_row, sql_cursor
 
 
 def claim(
@@ -36,7 +36,7 @@ def claim(
     if db.vendor == "postgresql":
         with sql_cursor(db) as cursor:
             cursor.execute(sql, params)
-            runs = [_run_from_row(row) for row in cursor.fetchall()]
+            runs = [run_from_row(_RUN_ATTNAMES, row) for row in cursor.fetchall()]
     else:  # SQLite needs the backend's datetime converters: let the ORM apply them
         runs = list(Run.objects.raw(sql, params))
     runs.sort(key=lambda r: (r.due_at or at, r.created_at))
@@ -44,6 +44,7 @@ def claim(
 
 
 _CLAIM_SQL: dict[tuple[str, int], tuple[str, bool]] = {}
+_RUN_ATTNAMES = [field.attname for field in Run._meta.concrete_fields]
 
 
 def claimable_sql(db) -> str:
@@ -119,29 +120,6 @@ def _claim_sql(db, queues: int) -> tuple[str, bool]:
     )
     _CLAIM_SQL[(db.vendor, queues)] = (sql, per_queue)
     return sql, per_queue
-
-
-def _run_from_row(row: Sequence[Any]) -> Run:
-    """A whole ``Run`` from a row of every column on PostgreSQL, converted as the
-    ORM would (JSON columns arrive as text), without a RawQuerySet per claim."""
-    db = _db()
-    values = [
-        field.from_db_value(value, None, db) if convert and value is not None else value
-        for (field, convert), value in zip(_run_converters(), row, strict=True)
-    ]
-    return build(Run, dict(zip(_RUN_ATTNAMES, values, strict=True)), from_db=True)
-
-
-_RUN_ATTNAMES = [field.attname for field in Run._meta.concrete_fields]
-_CONVERTERS: list[tuple[Any, bool]] = []
-
-
-def _run_converters() -> list[tuple[Any, bool]]:
-    if not _CONVERTERS:
-        _CONVERTERS.extend(
-            (field, hasattr(field, "from_db_value")) for field in Run._meta.concrete_fields
-        )
-    return _CONVERTERS
 
 
 def next_due_at(queues: Sequence[str] | None) -> datetime | None:

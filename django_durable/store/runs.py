@@ -95,7 +95,7 @@ def _update_owned_and_record(run: Run, changes: dict[str, Any], attempt: StepAtt
     params += [run.id, run.fence, Status.RUNNING]
     attempt_fields = [
         (field, value)
-        for field, _column, value in _prepared(_field_plan(StepAttempt._meta, db), attempt)
+        for field, _column, _slot, value in _prepared(_field_plan(StepAttempt._meta, db), attempt)
     ]
     params += [value for _field, value in attempt_fields]
     cache_key = (tuple(changes), tuple(f.column for f, _v in attempt_fields))

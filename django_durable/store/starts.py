@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, models, transaction
@@ -15,7 +14,7 @@ from ..models import (
     Activity,
     Run,
 )
-from .base import _db, _field_plan, _literal, _qn, build, now, sql_cursor
+from .base import _db, _field_plan, _literal, _prepared, _qn, now, run_from_row, sql_cursor
 from .holders import HOLDER_FIELDS, get_holder, release_key
 
 # --- starting -----------------------------------------------------------------
@@ -51,30 +50,12 @@ def _insert_parts(obj, db) -> tuple[list[str], list[str], list[Any], list]:
     """The columns of an INSERT of ``obj``, each one's SQL (``%s`` or a literal), the
     parameters, and the fields."""
     meta = type(obj)._meta
-    literals = _default_literals(meta) if db.vendor == "postgresql" else {}
-    state = obj.__dict__
-    columns: list[str] = []
-    slots: list[str] = []
-    values: list[Any] = []
-    fields: list = []
-    for field, attname, column, prep in _field_plan(meta, db):
-        value = state[attname] if attname in state else getattr(obj, attname)
-        if value is None:
-            continue
-        default = literals.get(attname)
-        if default is not None and type(value) is type(default[0]) and value == default[0]:
-            columns.append(column)
-            slots.append(default[1])
-            fields.append(field)
-            continue
-        if prep is not None:
-            value = prep(value)
-            if value is None:
-                continue
-        columns.append(column)
-        slots.append("%s")
-        values.append(value)
-        fields.append(field)
+    literals = _default_literals(meta) if db.vendor == "postgresql" else None
+    row = _prepared(_field_plan(meta, db), obj, literals)
+    columns = [column for _field, column, _slot, _value in row]
+    slots = [slot for _field, _column, slot, _value in row]
+    values = [value for _field, _column, slot, value in row if slot == "%s"]
+    fields = [field for field, _column, _slot, _value in row]
     return columns, slots, values, fields
 
 
@@ -189,8 +170,7 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
     if row[0]:
         _inserted(run)
         return InsertOrHolder(True)
-    values = dict(zip(_HOLDER_COLUMNS, _decode_holder(row[2:-2]), strict=True))
-    holder = build(Run, values, from_db=True)
+    holder = run_from_row(_HOLDER_COLUMNS, row[2:-2])
     return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
 
 
@@ -258,14 +238,6 @@ def _holder_in(states: frozenset[tuple[str, bool]]) -> str:
             test = "IS NOT NULL" if True in seen else "IS NULL"
             terms.append(f"(holder.status = {_literal(status)} AND holder.started_at {test})")
     return f"({' OR '.join(terms)})"
-
-
-def _decode_holder(values: Sequence[Any]) -> list[Any]:
-    """The JSON ``input`` column arrives as text (Django loads jsonb itself)."""
-    values = list(values)
-    index = _HOLDER_INPUT
-    values[index] = Run._meta.get_field("input").from_db_value(values[index], None, _db())
-    return values
 
 
 class _Retry(Exception):
@@ -352,11 +324,10 @@ def create_run(run: Run) -> None:
 
 
 # The holder columns insert_or_get_holder returns, in the model's field order
-# (which ``Model.from_db`` expects for a partial row).
+# (which ``run_from_row`` and ``Model.from_db`` expect for a partial row).
 _HOLDER_COLUMNS = tuple(
     f.attname for f in Run._meta.concrete_fields if f.attname in {*HOLDER_FIELDS, "queue"}
 )
-_HOLDER_INPUT = _HOLDER_COLUMNS.index("input")
 
 
 def record_activity(
