@@ -100,7 +100,7 @@ def main() -> None:
 
     from django_durable import query, stats
     from django_durable.models import Run
-    from django_durable.services import list_executions
+    from django_durable.operations.runs import list_executions
 
     create_database()
     try:

@@ -3,9 +3,10 @@
 The public API; everything else is internal.
 """
 
-from .definition import Cron, Debounce, Workflow, step
-from .durations import days, hours, minutes, seconds
-from .exceptions import (
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from django_durable.exceptions import (
     AlreadyFinished,
     Cancelled,
     ChildFailed,
@@ -18,6 +19,18 @@ from .exceptions import (
     NotFinished,
     NotWaiting,
     ParallelFailed,
+)
+from django_durable.workflows.definition import (
+    Cron,
+    Debounce,
+    Workflow,
+    step,
+)
+from django_durable.workflows.durations import (
+    days,
+    hours,
+    minutes,
+    seconds,
 )
 
 __all__ = [
@@ -60,38 +73,55 @@ __all__ = [
     "trigger_schedule",
 ]
 
-# The operations need the models, so they load once Django's apps are ready.
-_SERVICES = {
-    "StartResult",
-    "cancel",
-    "get_run",
-    "list_executions",
-    "provide_input",
-    "prune",
-    "release_key",
-    "rerun",
-    "retry",
-    "send_event",
-    "start",
-    "start_detailed",
+# The operations need the models, so they load when first used, once Django's apps
+# are ready; type checkers see them imported here.
+if TYPE_CHECKING:
+    from django_durable.operations.children import parallel
+    from django_durable.operations.prune import prune
+    from django_durable.operations.runs import (
+        cancel,
+        get_run,
+        list_executions,
+        provide_input,
+        release_key,
+        rerun,
+        retry,
+        send_event,
+    )
+    from django_durable.operations.schedules import (
+        disable_schedule,
+        enable_schedule,
+        schedule,
+        trigger_schedule,
+    )
+    from django_durable.operations.start import StartResult, start, start_detailed
+
+_LAZY = {
+    "parallel": "django_durable.operations.children",
+    "prune": "django_durable.operations.prune",
+    **dict.fromkeys(
+        [
+            "cancel",
+            "get_run",
+            "list_executions",
+            "provide_input",
+            "release_key",
+            "rerun",
+            "retry",
+            "send_event",
+        ],
+        "django_durable.operations.runs",
+    ),
+    **dict.fromkeys(
+        ["disable_schedule", "enable_schedule", "schedule", "trigger_schedule"],
+        "django_durable.operations.schedules",
+    ),
+    **dict.fromkeys(["StartResult", "start", "start_detailed"], "django_durable.operations.start"),
 }
 
 
-# Schedules (scheduler.py) and parallel branches (children.py), loaded the same way.
-_SCHEDULER = {"schedule", "trigger_schedule", "enable_schedule", "disable_schedule"}
-
-
-def __getattr__(name):
-    if name in _SERVICES:
-        from . import services
-
-        return getattr(services, name)
-    if name in _SCHEDULER:
-        from . import scheduler
-
-        return getattr(scheduler, name)
-    if name == "parallel":
-        from .children import parallel
-
-        return parallel
-    raise AttributeError(f"module 'django_durable' has no attribute {name!r}")
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_durable' has no attribute {name!r}")
+    return getattr(import_module(module), name)

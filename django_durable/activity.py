@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
-from .models import Activity
+from django_durable.models import Activity
 
 KINDS = tuple(Activity.Kind.values)
 

@@ -8,8 +8,14 @@ from django.http import HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
-from . import search
-from .models import Activity, HeldKey, Run, Schedule, WorkerNode
+from django_durable.dashboard import search
+from django_durable.models import (
+    Activity,
+    HeldKey,
+    Run,
+    Schedule,
+    WorkerNode,
+)
 
 # The admin index gains a box of links to the dashboard, unless the project
 # already chose its own index template.

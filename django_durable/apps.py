@@ -11,7 +11,7 @@ class DurableConfig(AppConfig):
         # Only imports: workflows register themselves, checks register with Django.
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks, telemetry  # noqa: F401
+        from django_durable import checks, telemetry  # noqa: F401
 
         telemetry.install()  # OpenTelemetry receivers; a no-op without opentelemetry-api
 
@@ -20,6 +20,6 @@ class DurableConfig(AppConfig):
         # Declared schedules (``schedules = [Cron(...)]``) become rows after migrate.
         from django.db.models.signals import post_migrate
 
-        from .scheduler import sync_after_migrate
+        from django_durable.operations.schedules import sync_after_migrate
 
         post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="durable_schedules")

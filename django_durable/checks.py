@@ -5,7 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from .conf import DEFAULTS
+from django_durable.conf import DEFAULTS
 
 DURATIONS = ("LEASE", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "SHUTDOWN_GRACE")
 OPTIONAL_DURATIONS = ("RUN_RETENTION", "ACTIVITY_RETENTION", "PRUNE_INTERVAL")

@@ -12,7 +12,7 @@ from django.db.models import Q
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
-from .db_functions import OctetLength
+from django_durable.db_functions import OctetLength
 
 
 class Status(models.TextChoices):

@@ -18,8 +18,8 @@ from datetime import timedelta
 
 from django.db.models import Count, Exists, OuterRef
 
-from . import store
-from .models import Activity, Run
+from django_durable import store
+from django_durable.models import Activity, Run
 
 READD_WINDOW = timedelta(days=1)
 # Re-adds whose input differed and was not used (the start got the existing run).

@@ -13,9 +13,9 @@ from django.db.models import Count
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import TruncHour
 
-from . import store
-from .models import Activity, Run
-from .query import DROPPING_OUTCOMES, readds
+from django_durable import store
+from django_durable.models import Activity, Run
+from django_durable.query import DROPPING_OUTCOMES, readds
 
 # Re-adds over time: one bucket per hour of the last day.
 BUCKET = timedelta(hours=1)

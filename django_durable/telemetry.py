@@ -20,10 +20,11 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.db import transaction
 from django.db.models.signals import post_save
 
-from . import signals
+from django_durable import signals
 
 try:  # opentelemetry is optional
     from opentelemetry import metrics, trace
@@ -173,8 +174,7 @@ def _run_finished(sender, run_id, workflow, key, status, **kwargs):
     inst = _on()
     if inst is None:
         return
-    from .models import Run
-
+    Run = apps.get_model("django_durable", "Run")
     inst.runs_finished.add(1, {"durable.workflow": workflow, "durable.status": status})
     times = Run.objects.filter(id=run_id).values("created_at", "started_at", "finished_at").first()
     if times is None:
@@ -207,8 +207,7 @@ def _remember(inst: _Instruments, run_id: uuid.UUID, workflow: str) -> None:
 def _workflow_of(inst: _Instruments, run_id: uuid.UUID) -> str:
     name = inst.workflows.get(run_id)
     if name is None:
-        from .models import Run
-
+        Run = apps.get_model("django_durable", "Run")
         name = Run.objects.filter(id=run_id).values_list("workflow", flat=True).first() or "?"
         _remember(inst, run_id, name)
     return name

@@ -6,7 +6,9 @@ import os
 import threading
 import time
 
-from . import conf, executor, lifecycle, store
+from django_durable import conf, store
+from django_durable.operations import finish as lifecycle
+from django_durable.runtime import executor
 
 
 def drain(max_seconds: float = 10, queues: list[str] | None = None) -> int:

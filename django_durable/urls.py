@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from . import actions, views
+from django_durable.dashboard import actions, views
 
 app_name = "django_durable"
 

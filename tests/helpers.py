@@ -12,10 +12,11 @@ import pytest
 from django.db import connection
 
 import django_durable as durable
-from django_durable import Workflow, executor, step, store
-from django_durable.definition import StepDef, registry
+from django_durable import Workflow, step, store
 from django_durable.models import Run, Status
+from django_durable.runtime import executor
 from django_durable.testing import drain
+from django_durable.workflows.definition import StepDef, registry
 from tests.factories import RunFactory
 
 

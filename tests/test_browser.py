@@ -14,7 +14,8 @@ import pytest
 from playwright import sync_api
 
 import django_durable as durable
-from django_durable import activity, views
+from django_durable import activity
+from django_durable.dashboard import views
 from django_durable.testing import drain
 from tests.testapp.workflows import ProcessArticle, SendInvoice, SyncAccount
 

@@ -66,7 +66,7 @@ def test_a_running_step_stops_at_its_next_heartbeat_and_no_later_step_runs():
     done = []
 
     def worker():
-        from django_durable import executor
+        from django_durable.runtime import executor
 
         try:
             done.append(executor.execute(claimed))

@@ -41,7 +41,7 @@ def test_parent_waits_without_a_worker_and_is_woken_by_the_child():
     # Run only the parent: claim it alone (the child is created pending).
     from datetime import timedelta
 
-    from django_durable import executor
+    from django_durable.runtime import executor
 
     [parent] = store.claim(worker_id="w", queues=None, limit=1, lease=timedelta(seconds=30))
     executor.execute(parent)
@@ -138,7 +138,7 @@ def test_call_workflow_key_taken_with_error_fails_the_step():
         [dupe] = activity.list(kinds=["key_duplicate"], run_id=holder)
         assert dupe.details["outcome"] == "error"
     finally:
-        from django_durable.definition import registry
+        from django_durable.workflows.definition import registry
 
         registry.unregister("call_invoice")
 
@@ -159,10 +159,11 @@ def test_call_workflow_with_a_free_key_starts_a_keyed_child():
 
 
 def test_call_workflow_rejects_bad_arguments_before_writing():
-    from django_durable.context import Context
+    from django_durable.operations import children
+    from django_durable.workflows.context import Context
 
     run = Run(id=__import__("uuid").uuid4(), workflow="call_double", input={}, state={})
-    ctx = Context(run, waits=[])
+    ctx = Context(run, waits=[], children=children)
     with pytest.raises(ValidationError):
         ctx.call_workflow(Double, {"n": 1}, key="")
     with pytest.raises(TypeError):
@@ -257,7 +258,7 @@ def test_a_parent_that_times_out_cancels_its_children():
 
 
 def test_a_lost_wake_is_repaired_by_the_sweep():
-    from django_durable import lifecycle
+    from django_durable.operations import finish as lifecycle
 
     run_id = durable.start(WaitForChildForever)
     drain()
@@ -289,11 +290,11 @@ def test_slow_child_is_a_child():
 def test_finishing_a_run_without_parent_or_children_costs_no_query(
     django_assert_num_queries,
 ):
-    from django_durable import children
+    from django_durable.operations import finish
     from tests.testapp.workflows import Noop
 
     run_id = durable.start(Noop)
     drain()
     run = durable.get_run(run_id)
     with django_assert_num_queries(0):
-        children.on_run_finished(run)
+        finish.run_finished(run)

@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import django_durable as durable
 from django_durable import Workflow, step
-from django_durable.definition import registry
+from django_durable.workflows.definition import registry
 from tests.testapp import workflows as testapp_workflows
 
 

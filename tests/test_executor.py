@@ -178,7 +178,7 @@ def test_ctx_gives_the_step_its_run(define):
 def test_a_run_whose_workflow_vanished_fails(define):
     workflow = define("vanishing")
     run_id = durable.start(workflow, {})
-    from django_durable.definition import registry
+    from django_durable.workflows.definition import registry
 
     registry.unregister("vanishing")
     assert drain() == 0

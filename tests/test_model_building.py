@@ -8,7 +8,7 @@ from django.db.models.signals import post_init
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run
-from django_durable.starting import _blank_run
+from django_durable.operations.start import _blank_run
 from tests.testapp.workflows import SyncAccount
 
 pytestmark = pytest.mark.django_db(transaction=True)

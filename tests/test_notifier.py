@@ -8,7 +8,7 @@ from django.db import transaction
 
 import django_durable as durable
 from django_durable import store
-from django_durable.notifier import Notifier
+from django_durable.runtime.notifier import Notifier
 from django_durable.testing import drain
 from tests.testapp.workflows import Noop, WorkerAwaitsEvent
 from tests.worker_processes import wait_until

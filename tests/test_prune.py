@@ -9,7 +9,12 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import django_durable as durable
-from django_durable.models import Activity, Run, Status, StepAttempt
+from django_durable.models import (
+    Activity,
+    Run,
+    Status,
+    StepAttempt,
+)
 from django_durable.testing import drain
 from tests.factories import ActivityFactory, RunFactory
 

@@ -6,9 +6,9 @@ import uuid
 import pytest
 
 import django_durable as durable
-from django_durable import keys
 from django_durable.activity import list as list_activity
 from django_durable.models import Activity, Run, Status
+from django_durable.operations import keys
 from tests.helpers import ALL_STATUSES, holder_in
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 
 import django_durable as durable
-from django_durable import activity, lifecycle, store
+from django_durable import activity, store
 from django_durable.models import Run, Status
+from django_durable.operations import finish as lifecycle
 from django_durable.testing import drain
 from tests.helpers import fresh, pick_up, run_claimed
 from tests.testapp.workflows import RebuildIndex, RebuildOnce

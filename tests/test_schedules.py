@@ -6,8 +6,9 @@ import pytest
 from django.core.exceptions import ValidationError
 
 import django_durable as durable
-from django_durable import activity, scheduler, store
+from django_durable import activity, store
 from django_durable.models import Run, Schedule
+from django_durable.operations import schedules as scheduler
 from django_durable.testing import drain
 from tests.testapp.workflows_engine import Cleanup, StrictCleanup, Tick
 
@@ -169,7 +170,7 @@ def test_a_tick_already_fired_elsewhere_is_not_fired_again():
 
 
 def test_next_fire_follows_the_timezone():
-    from django_durable.cron import next_fire
+    from django_durable.workflows.cron import next_fire
 
     after = datetime(2026, 3, 28, 12, 0, tzinfo=UTC)  # the day before DST in Paris
     assert next_fire("0 9 * * *", "Europe/Paris", after) == datetime(2026, 3, 29, 7, 0, tzinfo=UTC)

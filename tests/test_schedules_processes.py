@@ -25,7 +25,7 @@ FIRING_LOOP = textwrap.dedent(
     import sys, time
     import django
     django.setup()
-    from django_durable.scheduler import fire_due
+    from django_durable.operations.schedules import fire_due
     end = time.monotonic() + float(sys.argv[1])
     fired = 0
     while time.monotonic() < end:

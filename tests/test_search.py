@@ -2,8 +2,8 @@
 
 import uuid
 
-from django_durable import search
-from django_durable.keyview import input_diff
+from django_durable.dashboard import search
+from django_durable.dashboard.keyview import input_diff
 
 
 def test_key_takes_everything_after_the_first_colon():

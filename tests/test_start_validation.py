@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import django_durable as durable
-from django_durable import keys, signals
+from django_durable import signals
 from django_durable.models import Activity, Run
+from django_durable.operations import keys
 from tests.testapp.workflows import SyncAccount
 
 

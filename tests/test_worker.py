@@ -2,11 +2,8 @@
 maintenance, timers, and the command's arguments."""
 
 import logging
-import sys
 import threading
-import types
 from datetime import timedelta
-from importlib.machinery import ModuleSpec
 
 import pytest
 from django.core.management import call_command
@@ -16,11 +13,17 @@ from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
-from django_durable import executor, store
-from django_durable.context import Context
-from django_durable.maintenance import Maintenance
-from django_durable.models import Run, StepAttempt, WorkerNode
-from django_durable.worker import CLAIM_AHEAD_BELOW, Held, Worker, WorkerIdInUse
+from django_durable import store
+from django_durable.models import Run, Schedule, StepAttempt, WorkerNode
+from django_durable.runtime import executor
+from django_durable.runtime.maintenance import Maintenance
+from django_durable.runtime.worker import (
+    CLAIM_AHEAD_BELOW,
+    Held,
+    Worker,
+    WorkerIdInUse,
+)
+from django_durable.workflows.context import Context
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper
 from tests.worker_processes import wait_until
@@ -247,16 +250,15 @@ def test_maintenance_recovers_expired_leases_and_counts_the_attempt():
 
 
 @pytest.mark.django_db
-def test_maintenance_fires_schedules_when_the_scheduler_exists(monkeypatch):
-    fired = []
-    scheduler = types.ModuleType("django_durable.scheduler")
-    scheduler.__spec__ = ModuleSpec("django_durable.scheduler", None)
-    scheduler.fire_due = lambda: fired.append(1) or 0
-    monkeypatch.setitem(sys.modules, "django_durable.scheduler", scheduler)
+def test_maintenance_fires_due_schedules():
+    sched = durable.schedule(ProcessArticle, "*/5 * * * *", input={"id": 8}, name="every-5")
+    Schedule.objects.filter(pk=sched.pk).update(next_fire_at=store.now() - timedelta(seconds=1))
     upkeep = Maintenance(Worker())
     upkeep.tick()
-    upkeep.tick()
-    assert fired == [1, 1]
+    upkeep.tick()  # not due again: one run
+    assert list(Run.objects.filter(workflow="process_article").values_list("input", flat=True)) == [
+        {"id": 8}
+    ]
 
 
 @pytest.mark.django_db
@@ -323,7 +325,7 @@ def test_a_burst_worker_runs_everything_due_on_its_threads_and_returns_0(caplog)
     assert worker.run(install_signal_handlers=False) == 0
     assert Run.objects.filter(id__in=run_ids, status="completed").count() == 12
     assert worker.runs_executed == 12
-    messages = [r.getMessage() for r in caplog.records if r.name == "django_durable.worker"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "django_durable.runtime.worker"]
     assert sum("started: step 0" in m for m in messages) == 12
     assert sum(" completed after 2 step(s)" in m for m in messages) == 12
     if connection.vendor == "sqlite":

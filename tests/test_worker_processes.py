@@ -9,7 +9,13 @@ import pytest
 from django.db import connection
 
 import django_durable as durable
-from django_durable.models import Event, Run, Status, StepAttempt, WorkerNode
+from django_durable.models import (
+    Event,
+    Run,
+    Status,
+    StepAttempt,
+    WorkerNode,
+)
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import (
     Noop,

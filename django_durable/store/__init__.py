@@ -7,13 +7,13 @@ every later write of the claiming worker is fenced (``fence`` must still be the
 value the claim set, and the run must still be running).
 """
 
-from .base import *  # noqa: F403
-from .children import *  # noqa: F403
-from .claims import *  # noqa: F403
-from .compensations import *  # noqa: F403
-from .holders import *  # noqa: F403
-from .pruning import *  # noqa: F403
-from .runs import *  # noqa: F403
-from .schedules import *  # noqa: F403
-from .starts import *  # noqa: F403
-from .workers import *  # noqa: F403
+from django_durable.store.base import *  # noqa: F403
+from django_durable.store.children import *  # noqa: F403
+from django_durable.store.claims import *  # noqa: F403
+from django_durable.store.compensations import *  # noqa: F403
+from django_durable.store.holders import *  # noqa: F403
+from django_durable.store.pruning import *  # noqa: F403
+from django_durable.store.runs import *  # noqa: F403
+from django_durable.store.schedules import *  # noqa: F403
+from django_durable.store.starts import *  # noqa: F403
+from django_durable.store.workers import *  # noqa: F403

@@ -14,12 +14,8 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
-from .. import conf
-from ..models import (
-    Run,
-    Status,
-    StepAttempt,
-)
+from django_durable import conf
+from django_durable.models import Run, Status, StepAttempt
 
 
 class LeaseLost(Exception):

@@ -6,12 +6,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..models import (
-    Run,
-    Status,
+from django_durable.models import Run, Status
+from django_durable.store.base import (
+    LeaseLost,
+    _owned,
+    notify_due,
+    now,
 )
-from .base import LeaseLost, _owned, notify_due, now
-from .holders import cancel_run
+from django_durable.store.holders import cancel_run
 
 # --- children -------------------------------------------------------------------
 

@@ -7,8 +7,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..models import CLAIMABLE_STATUSES, Run, Status
-from .base import _db, _literal, now, run_from_row, sql_cursor
+from django_durable.models import CLAIMABLE_STATUSES, Run, Status
+from django_durable.store.base import (
+    _db,
+    _literal,
+    now,
+    run_from_row,
+    sql_cursor,
+)
 
 
 def claim(

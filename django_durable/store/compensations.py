@@ -9,12 +9,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from ..models import (
-    Run,
-    Status,
-    StepAttempt,
+from django_durable.models import Run, Status, StepAttempt
+from django_durable.store.base import (
+    LeaseLost,
+    _attempt,
+    _owned,
+    now,
 )
-from .base import LeaseLost, _attempt, _owned, now
 
 # --- compensations --------------------------------------------------------------
 

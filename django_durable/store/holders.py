@@ -10,8 +10,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from ..models import Run, Status
-from .base import now
+from django_durable.models import Run, Status
+from django_durable.store.base import now
 
 HOLDER_FIELDS = (
     "id",

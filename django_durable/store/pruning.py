@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from ..models import (
+from django_durable.models import (
     ACTIVE_STATUSES,
     FINISHED_STATUSES,
     Activity,

@@ -11,14 +11,14 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F
 from django.db.models.signals import post_save
 
-from ..models import (
+from django_durable.models import (
     FINISHED_STATUSES,
     Event,
     Run,
     Status,
     StepAttempt,
 )
-from .base import (
+from django_durable.store.base import (
     LeaseLost,
     _attempt,
     _db,
@@ -29,7 +29,7 @@ from .base import (
     now,
     sql_cursor,
 )
-from .compensations import hand_back_compensating, recover_expired_compensations
+from django_durable.store.compensations import hand_back_compensating, recover_expired_compensations
 
 
 def renew_lease(run: Run, lease: timedelta) -> None:

@@ -8,9 +8,7 @@ from typing import Any
 
 from django.db.models import F
 
-from ..models import (
-    Schedule,
-)
+from django_durable.models import Schedule
 
 # --- schedules ------------------------------------------------------------------
 

@@ -9,13 +9,19 @@ from typing import Any, NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, models, transaction
 
-from .. import conf
-from ..models import (
-    Activity,
-    Run,
+from django_durable import conf
+from django_durable.models import Activity, Run
+from django_durable.store.base import (
+    _db,
+    _field_plan,
+    _literal,
+    _prepared,
+    _qn,
+    now,
+    run_from_row,
+    sql_cursor,
 )
-from .base import _db, _field_plan, _literal, _prepared, _qn, now, run_from_row, sql_cursor
-from .holders import HOLDER_FIELDS, get_holder, release_key
+from django_durable.store.holders import HOLDER_FIELDS, get_holder, release_key
 
 # --- starting -----------------------------------------------------------------
 

@@ -9,12 +9,8 @@ from datetime import datetime, timedelta
 from django.db import connection, connections, transaction
 from django.db.models import Q
 
-from ..models import (
-    Run,
-    Status,
-    WorkerNode,
-)
-from .base import is_postgres, notify_due, now
+from django_durable.models import Run, Status, WorkerNode
+from django_durable.store.base import is_postgres, notify_due, now
 
 # --- worker ---------------------------------------------------------------------
 # Registration of worker processes, lease renewal for the runs a worker holds,

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_durable import services
+import django_durable as durable
 
 
 def parse_duration(text: str) -> timedelta:
@@ -33,8 +33,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, older_than=None, dry_run=False, **options):
         if dry_run:
-            count = services.prune(older_than, dry_run=True)
+            count = durable.prune(older_than, dry_run=True)
             self.stdout.write(f"{count} finished runs would be pruned")
             return
-        count = services.prune(older_than)
+        count = durable.prune(older_than)
         self.stdout.write(f"pruned {count} finished runs")

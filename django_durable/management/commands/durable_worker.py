@@ -4,7 +4,7 @@ from argparse import ArgumentTypeError
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_durable.worker import Worker, WorkerIdInUse
+from django_durable.runtime.worker import Worker, WorkerIdInUse
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LEVELS = {0: logging.WARNING, 1: logging.INFO}

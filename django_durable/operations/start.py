@@ -10,24 +10,23 @@ after commit.
 from __future__ import annotations
 
 import functools
-import json
 import uuid
 from typing import Any, NamedTuple
 
 from django.db import transaction
 
-from . import conf, keys, signals, store
-from .definition import Workflow, registry, validate_on_duplicate
-from .exceptions import (
-    KeyContended,
-    KeyTaken,
+from django_durable import conf, signals, store
+from django_durable.exceptions import KeyContended, KeyTaken
+from django_durable.models import (
+    FINISHED_STATUSES,
+    Activity,
+    Run,
+    Status,
 )
-from .keys import Action
-from .lifecycle import (
-    announce_finished,
-    send_after_commit,
-)
-from .models import FINISHED_STATUSES, Activity, Run, Status
+from django_durable.operations import finish, inputs, keys
+from django_durable.operations.finish import send_after_commit
+from django_durable.operations.keys import Action
+from django_durable.workflows.definition import Workflow, registry, validate_on_duplicate
 
 MAX_CHANGES_OF_HANDS = 3
 
@@ -37,18 +36,6 @@ class StartResult(NamedTuple):
 
     run_id: uuid.UUID
     outcome: str
-
-
-def _validate_input(value: Any) -> dict:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    try:
-        # Round-trip so the stored input is exactly what a reader gets back.
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
 
 
 def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
@@ -131,7 +118,7 @@ def start_detailed(
 ) -> StartResult:
     """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
     definition = registry.resolve(workflow)
-    payload = _validate_input(input)
+    payload = inputs.validate_input(input)
     key = keys.validate_key(key)
     policy = definition.on_duplicate
     if on_duplicate is not None:
@@ -313,10 +300,10 @@ def _start_keyed(
             }
             if store.replace_holder(holder.id, error):
                 holder.status = Status.CANCELLED
-                announce_finished(holder)
                 _duplicate(workflow, key, holder, payload, "cancel_existing")
                 replaced, outcome_if_inserted = holder, "cancel_existing"
-                _cancel_children(holder.id)
+                # Its waiting run moves behind the new run (below), not on.
+                finish.run_finished(Run.objects.get(id=holder.id), promote=False)
             else:
                 changes += 1
             continue
@@ -442,9 +429,3 @@ def _announce_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) 
         workflow=workflow.name,
         key=key,
     )
-
-
-def _cancel_children(parent_id: uuid.UUID) -> None:
-    for child_id in store.active_children(parent_id):
-        store.cancel_run(child_id, {"type": "Cancelled", "message": "its parent run was cancelled"})
-        _cancel_children(child_id)

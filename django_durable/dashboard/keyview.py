@@ -13,8 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import query
-from .models import Activity, Run
+from django_durable import query
+from django_durable.models import Activity, Run
 
 RUNS_SHOWN = 100
 READDS_SHOWN = 50

@@ -23,13 +23,15 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from . import keys, store
-from .cron import check_cron, check_timezone, next_fire
-from .definition import Cron, Workflow, registry
-from .exceptions import KeyTaken
-from .models import Schedule
+from django_durable import store
+from django_durable.exceptions import KeyTaken
+from django_durable.models import Schedule
+from django_durable.operations import inputs, keys
+from django_durable.operations.start import start_run
+from django_durable.workflows.cron import check_cron, check_timezone, next_fire
+from django_durable.workflows.definition import Cron, Workflow, registry
 
-logger = logging.getLogger("django_durable.scheduler")
+logger = logging.getLogger("django_durable.operations.schedules")
 
 # Outcomes of a start in which the fire created a run.
 STARTED = {"started", "handed_off", "cancel_existing", "run_again"}
@@ -65,13 +67,11 @@ def schedule(
     (unknown workflow), ``ValueError`` (cron expression, timezone, name),
     ``ValidationError`` (key), ``TypeError`` (input).
     """
-    from .services import _validate_input
-
     definition = registry.resolve(workflow)
     check_cron(cron)
     check_timezone(timezone)
     key = keys.validate_key(key)
-    payload = _validate_input(input)
+    payload = inputs.validate_input(input)
     name = name if name is not None else default_name(definition.name, cron, key)
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ValueError(f"a schedule name is a string of 1 to 200 characters, got {name!r}")
@@ -211,8 +211,6 @@ def _fire_tick(sched: Schedule, at) -> int:
 
 def _fire(sched: Schedule, tick) -> tuple[uuid.UUID | None, bool]:
     """Start the schedule's workflow; ``(run id if a run was created, failed)``."""
-    from .services import start_run
-
     try:
         workflow = registry.get(sched.workflow)
     except LookupError:

@@ -1,18 +1,25 @@
-"""What happens when a run finishes: its key moves on to the run waiting behind it.
+"""The one path every ending of a run takes: ``run_finished``.
 
-Called by the executor, by ``cancel()`` and by the worker's sweep (which
-catches a finish whose hand-on was interrupted by a crash).
+However a run ends (its last step, a failure, a timeout, a compensation, a
+cancel, a cancel cascaded from its parent, a ``cancel_existing`` start), the
+same things happen, in this order: the ``run_finished`` signal (and telemetry)
+after commit; the run waiting behind its key goes on; its parent is woken; the
+children it left going are cancelled, each of them finishing through this path
+too. The worker's sweep calls ``promote_waiting`` again for a finish whose
+hand-on was interrupted by a crash.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from django.db import transaction
 
-from . import keys, signals, store
-from .definition import registry
-from .models import FINISHED_STATUSES, Activity, Run
+from django_durable import signals, store
+from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
+from django_durable.operations import keys, parents
+from django_durable.workflows.definition import registry
 
 logger = logging.getLogger("django_durable")
 
@@ -45,12 +52,42 @@ def announce_finished(run: Run) -> None:
     )
 
 
-def run_finished(run: Run) -> None:
-    """Announce a finished run and let the run waiting behind its key go on."""
+def run_finished(run: Run, *, promote: bool = True) -> None:
+    """Announce a finished run, let the run waiting behind its key go on, wake its
+    parent and cancel the children it left going.
+
+    ``promote=False``: a ``cancel_existing`` start replaced the run, and the run
+    waiting behind the key now waits behind the replacement.
+    """
     announce_finished(run)
-    if run.key is not None:
+    if promote and run.key is not None:
         promote_waiting(run.workflow, run.key)
-    children_on_run_finished(run)
+    if run.parent_id is not None:
+        parents.wake_if_ready(run.parent_id)
+    # Only a run that started children records them (a run that never did costs
+    # no query here, unless it was cancelled); the ones a failed call forgot have
+    # all finished.
+    if (run.state or {}).get("children") or run.status == Status.CANCELLED:
+        orphans = store.active_children(run.id)
+        if orphans:
+            cancel_runs(orphans, f"its parent run ended {run.status}")
+
+
+def cancel_runs(ids, reason: str) -> list[uuid.UUID]:
+    """Cancel those of ``ids`` still going (compensating ones finish first); each
+    cancelled run finishes through ``run_finished``, so its own children follow."""
+    error = {"type": "Cancelled", "message": reason, "reason": reason}
+    cancelled = store.cancel_runs(ids, error)
+    for run_id in cancelled:
+        run_finished(Run.objects.get(id=run_id))
+    return cancelled
+
+
+def cancel_descendants(parent_id: uuid.UUID) -> None:
+    """A cancelled parent's children, and theirs, are cancelled and announced."""
+    children = store.active_children(parent_id)
+    if children:
+        cancel_runs(children, "its parent run was cancelled")
 
 
 def promote_waiting(workflow_name: str, key: str) -> None:
@@ -120,18 +157,5 @@ def sweep_waiting() -> int:
     stuck = store.waiting_behind_finished()
     for workflow_name, key in stuck:
         promote_waiting(workflow_name, key)
-    children_sweep()
+    parents.sweep()
     return len(stuck)
-
-
-def children_on_run_finished(run: Run) -> None:
-    """Parents and children (children.py): wake the parent, cancel orphans."""
-    from . import children
-
-    children.on_run_finished(run)
-
-
-def children_sweep() -> int:
-    from . import children
-
-    return children.sweep()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import django_filters
 from django import forms
 
-from . import query, search
-from .definition import registry
-from .models import Run, Status
+from django_durable import query
+from django_durable.dashboard import search
+from django_durable.models import Run, Status
+from django_durable.workflows.definition import registry
 
 HOLDER_STATUSES = [*Status.choices, ("none", "no holder (released)")]
 

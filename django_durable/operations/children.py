@@ -28,13 +28,15 @@ from typing import Any
 
 from django.db import transaction
 
-from . import keys, store
-from .context import Suspend
-from .definition import Workflow, registry
-from .exceptions import ChildFailed, KeyTaken, ParallelFailed
-from .models import FINISHED_STATUSES, Run, Status
+from django_durable import store
+from django_durable.exceptions import ChildFailed, KeyTaken, ParallelFailed
+from django_durable.models import Run
+from django_durable.operations import finish, inputs, keys, parents
+from django_durable.operations.start import start_run
+from django_durable.workflows.context import Suspend
+from django_durable.workflows.definition import Workflow, registry
 
-logger = logging.getLogger("django_durable.children")
+logger = logging.getLogger("django_durable.operations.children")
 
 MODES = ("fail_fast", "complete_all")
 # A parent awaiting a run that is not its child (a keyed call answered by an
@@ -64,10 +66,8 @@ def call_workflow(
 
     Raises ``ChildFailed`` when the child ends without completing.
     """
-    from .services import _validate_input
-
     definition = registry.resolve(workflow)
-    spec = (definition, _validate_input(input), keys.validate_key(key))
+    spec = (definition, inputs.validate_input(input), keys.validate_key(key))
     return _await(ctx, [spec], "complete_all", single=True)[0]
 
 
@@ -95,14 +95,12 @@ def parallel(*args, mode: str = "fail_fast") -> list[Any]:
 
 
 def _branch_specs(branches: Sequence) -> list[tuple[type[Workflow], dict, None]]:
-    from .services import _validate_input
-
     if isinstance(branches, str | bytes) or not isinstance(branches, Sequence) or not branches:
         raise TypeError("branches must be a non-empty list of workflows or (workflow, input) pairs")
     specs = []
     for branch in branches:
         workflow, payload = branch if isinstance(branch, tuple) else (branch, None)
-        specs.append((registry.resolve(workflow), _validate_input(payload), None))
+        specs.append((registry.resolve(workflow), inputs.validate_input(payload), None))
     return specs
 
 
@@ -124,7 +122,7 @@ def _await(ctx, specs: list, mode: str, *, single: bool) -> list[Any]:
         ids = [uuid.UUID(i) for i in recorded]
 
     outcomes = store.run_outcomes(ids)
-    verdict = _verdict(ids, outcomes, mode)
+    verdict = parents.verdict(ids, outcomes, mode)
     if verdict == "completed":
         if not passed:
             ctx._waits.append(None)  # keep later waits of this step in their places
@@ -143,8 +141,6 @@ def _await(ctx, specs: list, mode: str, *, single: bool) -> list[Any]:
 
 def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
     """Start the children and record their ids in the parent in one transaction."""
-    from .services import start_run
-
     taken: KeyTaken | None = None
     with transaction.atomic():
         state = store.lock_owned_state(run)
@@ -169,21 +165,9 @@ def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
     return ids
 
 
-def _verdict(ids: list[uuid.UUID], outcomes: dict, mode: str) -> str:
-    """``completed``, ``failed`` or ``wait`` for the awaited runs and ``mode``."""
-    statuses = [outcomes[i][0] if i in outcomes else "deleted" for i in ids]
-    done = [s for s in statuses if s in FINISHED_STATUSES or s == "deleted"]
-    failed = [s for s in done if s != Status.COMPLETED]
-    if failed and (mode == "fail_fast" or len(done) == len(ids)):
-        return "failed"
-    if len(done) == len(ids):
-        return "completed"
-    return "wait"
-
-
 def _fail(run: Run, call_key: str, ids, outcomes, mode: str, *, single: bool) -> None:
     if mode == "fail_fast":
-        cancel_children(ids, "another parallel branch failed")
+        finish.cancel_runs(ids, "another parallel branch failed")
         outcomes = store.run_outcomes(ids)
     _forget(run, call_key)
     report = [
@@ -227,54 +211,3 @@ def _set_awaiting(run: Run, ids: list[uuid.UUID], mode: str) -> None:
         state = store.lock_owned_state(run)
         state["awaiting"] = awaiting
         store.save_owned_state(run, state)
-
-
-def cancel_children(ids, reason: str) -> None:
-    """Cancel those of ``ids`` still going (compensating ones finish first)."""
-    from .lifecycle import run_finished
-
-    error = {"type": "Cancelled", "message": reason, "reason": reason}
-    for run_id in store.cancel_runs(ids, error):
-        run_finished(Run.objects.get(id=run_id))
-
-
-# --- waking the parent ---------------------------------------------------------------
-
-
-def wake_if_ready(parent_id: uuid.UUID) -> bool:
-    """Wake a parent waiting for children when what it waits for has happened."""
-    state = store.waiting_parent_state(parent_id)
-    if state is None:
-        return False
-    awaiting = state.get("awaiting") or {}
-    ids = [uuid.UUID(i) for i in awaiting.get("ids") or []]
-    verdict = _verdict(ids, store.run_outcomes(ids), awaiting.get("mode", "complete_all"))
-    if verdict == "wait":
-        return False
-    return store.wake_parent(parent_id)
-
-
-def after_suspend(run_id: uuid.UUID) -> None:
-    """A child may have finished between the parent's look and its suspend: look again."""
-    wake_if_ready(run_id)
-
-
-def on_run_finished(run: Run) -> None:
-    """A finished child wakes its parent; a finished parent cancels children left going."""
-    if run.parent_id is not None:
-        wake_if_ready(run.parent_id)
-    # Only a run that started children records them (a run that never did costs
-    # no query here); the ones a failed call forgot have all finished.
-    if (run.state or {}).get("children"):
-        orphans = store.active_children(run.id)
-        if orphans:
-            cancel_children(orphans, f"its parent run ended {run.status}")
-
-
-def sweep() -> int:
-    """Wake every parent whose children are done (a wake lost to a crash, or a
-    parent awaiting runs that are not its children)."""
-    woken = 0
-    for parent_id, _state in store.waiting_parents():
-        woken += wake_if_ready(parent_id)
-    return woken

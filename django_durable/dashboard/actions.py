@@ -17,10 +17,10 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from . import services
-from .exceptions import DurableError
-from .models import Run
-from .views import staff_required
+import django_durable as durable
+from django_durable.dashboard.views import staff_required
+from django_durable.exceptions import DurableError
+from django_durable.models import Run
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,18 @@ ACTIONS = {
 def _perform(slug: str, run: Run, request) -> tuple[str, str]:
     """Call the operation; return (message, run id to show next)."""
     if slug == "retry":
-        services.retry(run.id)
+        durable.retry(run.id)
         return f"Run {run.id} will be retried.", str(run.id)
     if slug == "rerun":
-        new_id = services.rerun(run.id)
+        new_id = durable.rerun(run.id)
         return f"Run {run.id} was started again as run {new_id}.", str(new_id)
     if slug == "cancel":
         reason = request.POST.get("reason", "").strip()[:500] or None
         by = request.user.get_username()
-        services.cancel(run.id, reason=reason or f"cancelled by {by} in the dashboard")
+        durable.cancel(run.id, reason=reason or f"cancelled by {by} in the dashboard")
         return f"Run {run.id} was cancelled.", str(run.id)
     if slug == "release-key":
-        services.release_key(run.id, by=request.user.get_username())
+        durable.release_key(run.id, by=request.user.get_username())
         return f"Key {run.key!r} of run {run.id} was released.", str(run.id)
     raise Http404(f"no action {slug!r}")
 
@@ -87,7 +87,7 @@ def run_action(request, run_id, action):
     if chosen is None:
         raise Http404(f"no action {action!r}")
     try:
-        run = services.get_run(run_id)
+        run = durable.get_run(run_id)
     except Run.DoesNotExist:
         raise Http404(f"no run {run_id}") from None
     if not request.user.has_perm("django_durable.change_run"):

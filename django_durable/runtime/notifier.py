@@ -14,9 +14,9 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from . import store
+from django_durable import store
 
-logger = logging.getLogger("django_durable.worker")
+logger = logging.getLogger("django_durable.runtime.worker")
 
 # How long one wait for notifications lasts before the stop flag is looked at.
 LISTEN_SLICE = 0.5

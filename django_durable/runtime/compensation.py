@@ -20,13 +20,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from . import store
-from .context import Context, Suspend, check_json
-from .definition import Workflow
-from .exceptions import Cancelled
-from .models import Run
+from django_durable import store
+from django_durable.exceptions import Cancelled
+from django_durable.models import Run
+from django_durable.operations import finish
+from django_durable.runtime.errors import describe_error
+from django_durable.workflows.context import Context, Suspend, check_json
+from django_durable.workflows.definition import Workflow
 
-logger = logging.getLogger("django_durable.compensation")
+logger = logging.getLogger("django_durable.runtime.compensation")
 
 
 def pending_for(workflow: type[Workflow], run: Run) -> list[int]:
@@ -107,8 +109,6 @@ def _call(instance: Workflow, method_name: str, ctx: Context) -> Any:
 
 
 def _failed(run: Run, index: int, step, started_at, exc: Exception) -> None:
-    from .executor import describe_error
-
     error = {**describe_error(exc), "step": step.name, "method": step.compensate}
     retry_at = None
     if run.attempt <= step.compensate_retries:
@@ -128,6 +128,4 @@ def _failed(run: Run, index: int, step, started_at, exc: Exception) -> None:
 
 
 def _finished(run: Run) -> None:
-    from .lifecycle import run_finished
-
-    run_finished(run)
+    finish.run_finished(run)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import conf, store
-from .durations import as_timedelta
-from .exceptions import Cancelled
+from django_durable import conf, store
+from django_durable.exceptions import Cancelled
+from django_durable.workflows.durations import as_timedelta
 
 
 @dataclass
@@ -45,8 +45,11 @@ def check_json(value: Any, what: str) -> Any:
 class Context:
     """What a step sees of its run. One is made for each execution of a step."""
 
-    def __init__(self, run, *, waits: list[Any]):
+    def __init__(self, run, *, waits: list[Any], children: Any = None):
         self._run = run
+        # What starts and awaits child runs (``operations.children``), given by the
+        # executor: a workflow definition knows nothing of how runs are started.
+        self._children = children
         self._data: dict[str, Any] = copy.deepcopy(run.context or {})
         self._waits = waits
         self._wait_calls = 0
@@ -166,13 +169,14 @@ class Context:
         return its result; raises ``durable.ChildFailed`` if it doesn't complete.
         The run waits without holding a worker; the same child is found again when
         the step runs again."""
-        from . import children
-
-        return children.call_workflow(self, workflow, input, key=key)
+        return self._child_runs().call_workflow(self, workflow, input, key=key)
 
     def parallel(self, branches: list, *, mode: str = "fail_fast") -> list[Any]:
         """Run ``branches`` (workflows or ``(workflow, input)`` pairs) as child runs
         at once and return their results in order. See ``durable.parallel``."""
-        from . import children
+        return self._child_runs().parallel(self, branches, mode=mode)
 
-        return children.parallel(self, branches, mode=mode)
+    def _child_runs(self):
+        if self._children is None:
+            raise RuntimeError("child runs are started from a step the worker executes")
+        return self._children

@@ -1,30 +1,29 @@
 """Runs one claimed run, step by step. It has no SQL of its own: every write goes
 through ``store``, fenced by the claim, and a finished run is handed to
-``services.run_finished`` so its key moves on.
+``finish.run_finished`` so its key moves on.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import children, compensation, store
-from .context import Context, Suspend, check_json, event_slot
-from .definition import Workflow, registry
-from .exceptions import Cancelled
-from .models import Run, Status
+from django_durable import store
+from django_durable.exceptions import Cancelled
+from django_durable.models import Run, Status
+from django_durable.operations import children, finish, parents
+from django_durable.runtime import compensation
+from django_durable.runtime.errors import describe_error
+from django_durable.workflows.context import (
+    Context,
+    Suspend,
+    check_json,
+    event_slot,
+)
+from django_durable.workflows.definition import Workflow, registry
 
-logger = logging.getLogger("django_durable.executor")
-
-
-def describe_error(exc: BaseException) -> dict[str, Any]:
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc))[-8000:],
-    }
+logger = logging.getLogger("django_durable.runtime.executor")
 
 
 def _resume_waits(run: Run) -> list[Any]:
@@ -72,7 +71,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
                 return executed + compensation.begin(workflow, run, to_undo, timeout_error)
             return executed + _fail_outside_steps(run, timeout_error)
         step = workflow.steps[run.step_index]
-        ctx = Context(run, waits=waits)
+        ctx = Context(run, waits=waits, children=children)
         started_at = store.now()
         executed += 1
         try:
@@ -85,7 +84,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             except store.LeaseLost:
                 return executed
             if wait.kind == "children":
-                children.after_suspend(run.id)
+                parents.after_suspend(run.id)
             return executed
         except Cancelled:
             _record_cancelled(run, step.name, started_at)
@@ -148,6 +147,4 @@ def _fail_outside_steps(run: Run, error: dict) -> int:
 
 
 def _finished(run: Run) -> None:
-    from . import services  # services imports the executor's callers, not the executor
-
-    services.run_finished(run)
+    finish.run_finished(run)

@@ -18,11 +18,20 @@ from django.http import Http404
 from django.shortcuts import render
 from django.urls import reverse
 
-from . import keyview, query, services, stats
-from .definition import registry
-from .filters import KeyFilter, RunFilter
-from .keyview import pretty
-from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Event, Run, Status, StepAttempt
+import django_durable as durable
+from django_durable import query, stats
+from django_durable.dashboard import keyview
+from django_durable.dashboard.filters import KeyFilter, RunFilter
+from django_durable.dashboard.keyview import pretty
+from django_durable.models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    Event,
+    Run,
+    Status,
+    StepAttempt,
+)
+from django_durable.workflows.definition import registry
 
 PER_PAGE = 50
 REFRESH_SECONDS = 5
@@ -157,7 +166,7 @@ def runs(request):
 @staff_required
 def run(request, run_id):
     try:
-        found = services.get_run(run_id)
+        found = durable.get_run(run_id)
     except Run.DoesNotExist:
         raise Http404(f"no run {run_id}") from None
     definition = _definition(found.workflow)

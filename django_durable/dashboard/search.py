@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
-from .models import Status
+from django_durable.models import Status
 
 FILTERS = ("key", "status", "workflow", "queue")
 TOKEN = re.compile(r'(?:(?P<name>[a-z]+):)?(?:"(?P<quoted>[^"]*)"?|(?P<bare>\S+))')

@@ -36,11 +36,12 @@ from datetime import timedelta
 
 from django.db import DatabaseError, connection, connections
 
-from . import checks, conf, executor, maintenance, store
-from .models import Run, Status
-from .notifier import Notifier
+from django_durable import checks, conf, store
+from django_durable.models import Run, Status
+from django_durable.runtime import executor, maintenance
+from django_durable.runtime.notifier import Notifier
 
-logger = logging.getLogger("django_durable.worker")
+logger = logging.getLogger("django_durable.runtime.worker")
 
 # Shortest idle wait when a due run exists that another worker is claiming.
 MIN_IDLE_WAIT = 0.05

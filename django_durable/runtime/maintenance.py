@@ -4,7 +4,7 @@
   may do it; row locks with SKIP LOCKED keep two workers from recovering the
   same run, and the fence keeps the old worker from recording over the new one);
 - move on runs waiting behind a key whose holder finished (a crash can leave one);
-- fire due schedules, when ``django_durable.scheduler`` provides ``fire_due()``;
+- fire due schedules;
 - prune every ``DURABLE["PRUNE_INTERVAL"]`` when it is set.
 
 On a thread of its own so that a slow prune never delays lease renewal.
@@ -12,8 +12,6 @@ On a thread of its own so that a slow prune never delays lease renewal.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import time
 from collections.abc import Callable
@@ -22,29 +20,22 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from . import conf, lifecycle, services, store
+from django_durable import conf, store
+from django_durable.operations import finish, prune, schedules
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from django_durable.runtime.worker import Worker
 
-logger = logging.getLogger("django_durable.worker")
+logger = logging.getLogger("django_durable.runtime.worker")
 
 # Worker rows silent for this many leases are deleted (their runs were recovered long ago).
 FORGET_AFTER_LEASES = 20
-
-
-def find_fire_due() -> Callable[[], int] | None:
-    """``django_durable.scheduler.fire_due`` if that module exists."""
-    if importlib.util.find_spec("django_durable.scheduler") is None:
-        return None
-    return getattr(importlib.import_module("django_durable.scheduler"), "fire_due", None)
 
 
 class Maintenance:
     def __init__(self, worker: Worker):
         self.worker = worker
         self.prune_interval: timedelta | None = conf.get("PRUNE_INTERVAL")
-        self.fire_due = find_fire_due()
         self._last_prune: float | None = None
 
     def loop(self) -> None:
@@ -67,17 +58,17 @@ class Maintenance:
             )
             self.worker.wake()
             self._chore("announcing recovered runs", lambda: store.notify_runs_due(recovered))
-        self._chore("moving on runs waiting behind finished holders", lifecycle.sweep_waiting)
+        self._chore("moving on runs waiting behind finished holders", finish.sweep_waiting)
         self._chore(
             "forgetting dead workers",
             lambda: store.forget_dead_workers(
                 store.now() - self.worker.lease * FORGET_AFTER_LEASES
             ),
         )
-        if self.fire_due is not None and self._chore("firing schedules", self.fire_due):
+        if self._chore("firing schedules", schedules.fire_due):
             self.worker.wake()
         if self.prune_interval is not None and self._prune_due():
-            pruned = self._chore("pruning", services.prune)
+            pruned = self._chore("pruning", prune.prune)
             if pruned:
                 logger.info("pruned %d finished run(s)", pruned)
 

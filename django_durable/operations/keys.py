@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 
-from .models import ACTIVE_STATUSES, Status
+from django_durable.models import ACTIVE_STATUSES, Status
 
 MAX_KEY_BYTES = 255
 

@@ -9,16 +9,13 @@ and signals sent after commit.
 
 from __future__ import annotations
 
-import json
 import uuid
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
-from . import conf, keys, signals, store
-from .definition import Workflow, registry
-from .exceptions import (
+from django_durable import signals, store
+from django_durable.exceptions import (
     AlreadyFinished,
     KeyContended,
     KeyTaken,
@@ -28,22 +25,22 @@ from .exceptions import (
     NotFinished,
     NotWaiting,
 )
-from .lifecycle import (
+from django_durable.models import (
+    ACTIVE_STATUSES,
+    FINISHED_STATUSES,
+    Activity,
+    Event,
+    Run,
+    Status,
+)
+from django_durable.operations import inputs, keys
+from django_durable.operations.finish import (
     run_finished,
     send_after_commit,
-    sweep_waiting,
     workflow_class,
 )
-from .models import ACTIVE_STATUSES, FINISHED_STATUSES, Activity, Event, Run, Status
-from .starting import (  # noqa: F401 - start() and friends are services too
-    MAX_CHANGES_OF_HANDS,
-    StartResult,
-    _cancel_children,
-    _validate_input,
-    start,
-    start_detailed,
-    start_run,
-)
+from django_durable.operations.start import MAX_CHANGES_OF_HANDS, start_run
+from django_durable.workflows.definition import Workflow, registry
 
 # --- acting on runs -------------------------------------------------------------
 
@@ -151,9 +148,10 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
             if current.status == Status.COMPENSATING:
                 raise NotCancellable(f"run {run.id} is compensating and cannot be cancelled")
             raise AlreadyFinished(f"run {run.id} already finished ({current.status})")
-        _cancel_children(run.id)
-    run.refresh_from_db()
-    run_finished(run)
+        run.refresh_from_db()
+        # Inside the cancel's transaction: it commits with everything it sets off
+        # (descendants cancelled, the waiting run promoted), or not at all.
+        run_finished(run)
 
 
 def send_event(
@@ -172,44 +170,7 @@ def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
 def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
-    try:
-        payload = json.loads(json.dumps(payload, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"the {kind} payload must be JSON-serialisable: {exc}") from None
+    payload = inputs.validate_payload(payload, f"the {kind} payload")
     outcome = store.deliver(run_id, kind, name, payload, keep=keep)
     if outcome == "refused":
         raise NotWaiting(f"run {run_id} is not waiting for {kind} {name!r}")
-
-
-def prunable_runs(older_than: timedelta | None = None):
-    """The finished top-level runs past retention (``prune`` also skips those with
-    a descendant still going; it deletes children with their parent)."""
-    retention = older_than if older_than is not None else conf.get("RUN_RETENTION")
-    if retention is None:
-        return Run.objects.none()
-    return store.prunable(store.now() - retention)
-
-
-def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
-    """Delete finished runs past retention (freeing their keys) and old activity.
-
-    Returns how many runs were deleted, children (deleted with their parent) included.
-    ``older_than`` overrides ``DURABLE["RUN_RETENTION"]``; a run that is still
-    going is never deleted, nor one a ``run_again`` run still waits behind.
-    ``dry_run`` counts and deletes nothing. Deletes in batches of
-    ``DURABLE["PRUNE_BATCH_SIZE"]``, one short transaction each.
-    """
-    settings = conf.durable_settings()
-    retention = older_than if older_than is not None else settings["RUN_RETENTION"]
-    batch = settings["PRUNE_BATCH_SIZE"]
-    at = store.now()
-    pruned = 0
-    if retention is not None:
-        if not dry_run:
-            # A finished holder that a run_again run still waits behind hands its
-            # key on first (as the worker's sweep would), so pruning it strands no one.
-            sweep_waiting()
-        pruned = store.prune_runs(at - retention, batch, dry_run=dry_run)
-    if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
-        store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
-    return pruned

@@ -14,7 +14,8 @@ from typing import Any, ClassVar
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .durations import as_timedelta
+from django_durable.workflows.cron import check_cron, check_timezone
+from django_durable.workflows.durations import as_timedelta
 
 REUSE_POLICIES = ("after_close", "after_failure", "never")
 SIMPLE_ON_DUPLICATE = ("use_existing", "error", "cancel_existing", "run_again")
@@ -51,8 +52,6 @@ class Cron:
 
     def validate(self) -> None:
         """Raise ``ValueError`` (or ``TypeError``) for a bad expression, timezone or key."""
-        from .cron import check_cron, check_timezone
-
         check_cron(self.cron)
         check_timezone(self.timezone)
         if self.key is not None and (not isinstance(self.key, str) or not self.key):

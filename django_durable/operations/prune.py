@@ -1,0 +1,33 @@
+"""Deleting finished runs past retention, and old activity."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django_durable import conf, store
+from django_durable.operations.finish import sweep_waiting
+
+
+def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
+    """Delete finished runs past retention (freeing their keys) and old activity.
+
+    Returns how many runs were deleted, children (deleted with their parent) included.
+    ``older_than`` overrides ``DURABLE["RUN_RETENTION"]``; a run that is still
+    going is never deleted, nor one a ``run_again`` run still waits behind.
+    ``dry_run`` counts and deletes nothing. Deletes in batches of
+    ``DURABLE["PRUNE_BATCH_SIZE"]``, one short transaction each.
+    """
+    settings = conf.durable_settings()
+    retention = older_than if older_than is not None else settings["RUN_RETENTION"]
+    batch = settings["PRUNE_BATCH_SIZE"]
+    at = store.now()
+    pruned = 0
+    if retention is not None:
+        if not dry_run:
+            # A finished holder that a run_again run still waits behind hands its
+            # key on first (as the worker's sweep would), so pruning it strands no one.
+            sweep_waiting()
+        pruned = store.prune_runs(at - retention, batch, dry_run=dry_run)
+    if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
+        store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
+    return pruned
