@@ -69,11 +69,15 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_durable.E008",
             )
         )
-    for name, check_id in (("PREPARED_STATEMENTS", "E009"), ("ASYNC_DUPLICATE_RECORDS", "E010")):
-        if not isinstance(values[name], bool):
-            errors.append(
-                Error(f"DURABLE[{name!r}] must be True or False.", id=f"django_durable.{check_id}")
+    # E009 and E010 named settings of 0.1 that are gone; their ids are not reused.
+    if values["DATABASE"] not in settings.DATABASES:
+        errors.append(
+            Error(
+                f"DURABLE['DATABASE'] is {values['DATABASE']!r}, which is not in DATABASES.",
+                hint="Name the DATABASES alias that holds django-durable's tables.",
+                id="django_durable.E011",
             )
+        )
     return errors
 
 

@@ -9,6 +9,10 @@ from typing import Any
 from django.conf import settings
 
 DEFAULTS: dict[str, Any] = {
+    # The DATABASES alias of django-durable's tables: every read and write of them,
+    # raw statements and ORM queries alike. A project with a primary/replica router
+    # keeps it on the primary (checks.py refuses a router that sends them elsewhere).
+    "DATABASE": "default",
     # Finished runs older than this are deleted by prune(); None keeps them forever.
     "RUN_RETENTION": timedelta(days=30),
     # Activity rows older than this are deleted by prune().
@@ -30,14 +34,6 @@ DEFAULTS: dict[str, Any] = {
     # The DATABASES alias workers LISTEN through, on a dedicated connection (it must
     # reach the same database directly or through a session-mode pooler); None: poll only.
     "LISTEN_DATABASE": "default",
-    # Prepare the store's hot statements (starts, claims, step records) on PostgreSQL.
-    # False behind a pooler in transaction mode that cannot keep prepared statements
-    # (PgBouncer before 1.21, or without max_prepared_statements).
-    "PREPARED_STATEMENTS": True,
-    # On PostgreSQL, a duplicate that only answers (use_existing, error) of a start made
-    # outside a transaction commits its activity row without waiting for the WAL flush:
-    # a crash of the database in the next moment can lose that row, never a run or a key.
-    "ASYNC_DUPLICATE_RECORDS": True,
 }
 
 

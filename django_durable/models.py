@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
+from django_durable import conf
 from django_durable.db_functions import OctetLength
 
 
@@ -43,18 +44,13 @@ FINISHED_STATUSES = frozenset(
 CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING, Status.COMPENSATING)
 
 
-class RunQuerySet(models.QuerySet):
-    def active(self):
-        return self.filter(status__in=ACTIVE_STATUSES)
+class DurableManager(models.Manager):
+    """Every query of django-durable's tables goes to ``DURABLE["DATABASE"]``, reads
+    and writes alike: a run is read where it was written (a replica that lags
+    would not have it yet), whatever the project's ``DATABASE_ROUTERS`` say."""
 
-    def finished(self):
-        return self.filter(status__in=FINISHED_STATUSES)
-
-    def holders(self):
-        return self.filter(holds_key=True)
-
-    def with_key(self, key):
-        return self.filter(key=key)
+    def get_queryset(self):
+        return super().get_queryset().using(conf.get("DATABASE"))
 
 
 class Run(models.Model):
@@ -116,7 +112,7 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
-    objects = RunQuerySet.as_manager()
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_run"
@@ -222,6 +218,8 @@ class Run(models.Model):
 class HeldKey(Run):
     """The Keys view of runs: one row per key that is held, with its holder."""
 
+    objects = DurableManager()
+
     class Meta:
         proxy = True
         verbose_name = "key"
@@ -253,6 +251,8 @@ class StepAttempt(models.Model):
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     started_at = models.DateTimeField(default=now)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_step_attempt"
@@ -292,6 +292,8 @@ class Event(models.Model):
     created_at = models.DateTimeField(default=now)
     delivered_at = models.DateTimeField(null=True, blank=True)
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_event"
         ordering = ["run", "id"]
@@ -321,6 +323,8 @@ class Activity(models.Model):
     key = models.CharField(max_length=255, null=True, blank=True)
     details = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=now)
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_activity"
@@ -360,6 +364,8 @@ class Schedule(models.Model):
     declared = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=now)
 
+    objects = DurableManager()
+
     class Meta:
         db_table = "durable_schedule"
         ordering = ["name"]
@@ -385,6 +391,8 @@ class WorkerNode(models.Model):
     started_at = models.DateTimeField(default=now)
     heartbeat_at = models.DateTimeField()
     stopping = models.BooleanField(default=False)
+
+    objects = DurableManager()
 
     class Meta:
         db_table = "durable_worker_node"

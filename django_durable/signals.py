@@ -10,6 +10,10 @@ caused them commits, so a receiver never sees work that was rolled back.
   a new run took the key from a finished or replaced run.
 - ``key_release(sender=WorkflowClass, run_id, workflow, key, by)``: a finished
   run's key was released.
+- ``attempt_recorded(sender=StepAttempt, attempt)``: an attempt of a step or a
+  compensation was recorded (completed, failed, suspended, cancelled or lost).
+  The store writes attempts with the run's update in one statement, not with
+  ``save()``: listen to this, not to ``post_save`` of ``StepAttempt``.
 """
 
 from django.dispatch import Signal
@@ -19,3 +23,4 @@ run_finished = Signal()
 key_duplicate = Signal()
 key_handoff = Signal()
 key_release = Signal()
+attempt_recorded = Signal()

@@ -21,8 +21,6 @@ from datetime import datetime
 from typing import Any
 
 from django.apps import apps
-from django.db import transaction
-from django.db.models.signals import post_save
 
 from django_durable import signals
 
@@ -105,9 +103,7 @@ def install(tracer_provider=None, meter_provider=None) -> bool:
     signals.key_duplicate.connect(_key_duplicate, dispatch_uid="durable-otel-key-duplicate")
     signals.key_handoff.connect(_key_handoff, dispatch_uid="durable-otel-key-handoff")
     signals.key_release.connect(_key_release, dispatch_uid="durable-otel-key-release")
-    post_save.connect(
-        _step_saved, sender="django_durable.StepAttempt", dispatch_uid="durable-otel-step"
-    )
+    signals.attempt_recorded.connect(_attempt_recorded, dispatch_uid="durable-otel-step")
     return True
 
 
@@ -121,9 +117,9 @@ def uninstall() -> None:
         (signals.key_duplicate, "durable-otel-key-duplicate"),
         (signals.key_handoff, "durable-otel-key-handoff"),
         (signals.key_release, "durable-otel-key-release"),
+        (signals.attempt_recorded, "durable-otel-step"),
     ):
         signal.disconnect(dispatch_uid=uid)
-    post_save.disconnect(sender="django_durable.StepAttempt", dispatch_uid="durable-otel-step")
 
 
 def _on() -> _Instruments | None:
@@ -213,10 +209,9 @@ def _workflow_of(inst: _Instruments, run_id: uuid.UUID) -> str:
     return name
 
 
-def _step_saved(sender, instance, created, **kwargs):
-    if not created or _on() is None:
-        return
-    transaction.on_commit(lambda: _step_span(instance))
+def _attempt_recorded(sender, attempt, **kwargs):
+    if _on() is not None:
+        _step_span(attempt)  # sent after commit
 
 
 def _step_span(attempt) -> None:

@@ -7,6 +7,7 @@ The statements explained are the ones a real start and a real claim sent
 chooses by cost, as it would in production.
 """
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -62,7 +63,7 @@ def test_the_start_path_uses_the_one_holder_per_key_index(seeded):
     statements = captured(lambda: durable.start("sync_account", {}, key="account:new"))
 
     # One statement inserts or, when the key is taken, reads the holder.
-    [start] = [s for s in statements if s.startswith('WITH new AS (INSERT INTO "durable_run"')]
+    [start] = [s for s in statements if s.lstrip().startswith("WITH new AS")]
     plan = explain(start)
     # Without a conflict target every unique index arbitrates: a probe, never a scan;
     # the holder is read through the partial unique index.
@@ -87,7 +88,7 @@ def test_the_claim_uses_the_claim_index(seeded):
                 worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
             )
         )
-        [claim] = [s for s in statements if 'UPDATE "durable_run"' in s]
+        [claim] = [s for s in statements if "UPDATE durable_run" in s]
         plan = explain(claim)
         # Per queue served, the oldest due runs through the claim index (a worker of
         # every queue finds the queues through it too); only the few picked are sorted.
@@ -97,11 +98,26 @@ def test_the_claim_uses_the_claim_index(seeded):
 
 
 def sent(fn) -> list[tuple[str, list]]:
-    """The statements ``fn`` sent, as the cursor got them: SQL with %s, and parameters."""
+    """The statements ``fn`` sent, as the cursor got them, with ``$n`` placeholders
+    (each named parameter numbered where it first appears) and their values."""
     seen = []
 
     def wrapper(execute, sql, params, many, context):
-        seen.append((sql, list(params or [])))
+        if isinstance(params, dict):
+            names: list[str] = []
+
+            def number(match):
+                if match.group(1) not in names:
+                    names.append(match.group(1))
+                return f"${names.index(match.group(1)) + 1}"
+
+            numbered = re.sub(r"%\((\w+)\)s", number, sql)
+            seen.append((numbered.strip(), [params[name] for name in names]))
+        else:
+            numbered = sql
+            for n in range(1, len(params or []) + 1):
+                numbered = numbered.replace("%s", f"${n}", 1)
+            seen.append((numbered.strip(), list(params or [])))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(wrapper):
@@ -114,8 +130,6 @@ def explain_generic(sql: str, params: list) -> str:
     values (its generic plan), which is what a worker or a web process runs after the
     first executions."""
     numbered = sql
-    for n in range(1, len(params) + 1):
-        numbered = numbered.replace("%s", f"${n}", 1)
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
         cursor.execute(f"PREPARE explained AS {numbered}")
@@ -151,11 +165,12 @@ def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
                     worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
                 )
             )
-            if 'UPDATE "durable_run"' in sql
+            if "UPDATE durable_run" in sql
         ]
         plan = explain_generic(claim_sql, claim_params)
         # The claimable statuses are literals in the statement, so even the generic
-        # plan can tell that the partial claim index covers them.
+        # plan (OPTIONS prepare_threshold, docs/production.md) can tell that the
+        # partial claim index covers them.
         assert "durable_run_claim" in plan, plan
         assert "Seq Scan" not in plan, plan
 

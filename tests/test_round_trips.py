@@ -116,36 +116,31 @@ def start_and_run_one():
     run_claimed(pick_up(durable.start(Noop)))
 
 
-def test_the_hot_statements_are_prepared_once_per_connection():
-    connection.close()  # a new server session: nothing prepared yet
-    start_and_run_one()
-    prepared = prepared_statements()
-    assert any(s.startswith('WITH new AS (INSERT INTO "durable_run"') for s in prepared)
-    assert any(s.startswith("WITH owned AS (UPDATE") for s in prepared)  # a step's record
-    assert any(s.startswith("WITH RECURSIVE served") for s in prepared)  # a claim
-    # The same statements again reuse what the session prepared.
-    start_and_run_one()
-    assert len(prepared_statements()) == len(prepared)
-
-
-def test_prepared_statements_can_be_turned_off(settings):
-    settings.DURABLE = {"PREPARED_STATEMENTS": False}
+def test_nothing_is_prepared_by_default():
+    """Behind a pooler in transaction mode a prepared statement may be gone at the next
+    transaction: by default (Django's client-side binding) nothing is prepared."""
     connection.close()
-    start_and_run_one()
+    for _ in range(6):
+        start_and_run_one()
     assert prepared_statements() == []
 
 
-def test_a_project_that_sets_no_prepare_threshold_gets_no_prepared_statements():
-    """``OPTIONS = {"prepare_threshold": None}`` is how a project behind a pooler that
-    cannot keep prepared statements says so; the store respects it."""
+def test_prepared_statements_through_the_databases_own_options():
+    """A project on a direct connection may prepare the hot statements with psycopg's
+    own ``prepare_threshold`` and Django's ``server_side_binding`` (docs/production.md)."""
     options = connection.settings_dict.setdefault("OPTIONS", {})
-    options["prepare_threshold"] = None
+    options.update(server_side_binding=True, prepare_threshold=1)
     try:
         connection.close()
         start_and_run_one()
-        assert prepared_statements() == []
+        start_and_run_one()
+        prepared = [" ".join(s.split()) for s in prepared_statements()]
+        assert any(s.startswith("WITH new AS ( INSERT INTO durable_run") for s in prepared)
+        assert any(s.startswith("WITH owned AS ( UPDATE durable_run") for s in prepared)
+        assert any(s.startswith("WITH RECURSIVE served") for s in prepared)
+        assert Run.objects.filter(key="acct:prepared", holds_key=True).count() == 1
     finally:
-        del options["prepare_threshold"]
+        del options["server_side_binding"], options["prepare_threshold"]
         connection.close()
 
 

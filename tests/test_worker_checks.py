@@ -32,8 +32,7 @@ def test_the_defaults_pass(settings):
         ),
         ({"NOTIFY_CHANNEL": ""}, "django_durable.E007"),
         ({"LISTEN_DATABASE": "replica"}, "django_durable.E008"),
-        ({"PREPARED_STATEMENTS": "yes"}, "django_durable.E009"),
-        ({"ASYNC_DUPLICATE_RECORDS": 1}, "django_durable.E010"),
+        ({"DATABASE": "nowhere"}, "django_durable.E011"),
     ],
 )
 def test_bad_settings_are_reported_with_their_id(settings, durable, expected):

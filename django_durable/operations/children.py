@@ -26,8 +26,7 @@ from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
-
+from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import ChildFailed, KeyTaken, ParallelFailed
 from django_durable.models import Run
@@ -115,7 +114,7 @@ def _await(ctx, specs: list, mode: str, *, single: bool) -> list[Any]:
     ctx._durable_child_calls = call_no + 1
     call_key = f"{run.step_index}:{call_no}"
 
-    recorded = ((run.state or {}).get("children") or {}).get(call_key)
+    recorded = run_state.recorded_children(run.state, call_key)
     if recorded is None:
         ids = _start(run, call_key, specs, mode)
     else:
@@ -142,9 +141,9 @@ def _await(ctx, specs: list, mode: str, *, single: bool) -> list[Any]:
 def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
     """Start the children and record their ids in the parent in one transaction."""
     taken: KeyTaken | None = None
-    with transaction.atomic():
+    with store.atomic():
         state = store.lock_owned_state(run)
-        recorded = (state.get("children") or {}).get(call_key)
+        recorded = run_state.recorded_children(state, call_key)
         if recorded is not None:
             return [uuid.UUID(i) for i in recorded]
         ids = []
@@ -156,9 +155,7 @@ def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
                 taken = exc  # the duplicate's activity is kept; the step fails
                 break
         if taken is None:
-            state["children"] = {**(state.get("children") or {}), call_key: [str(i) for i in ids]}
-            state["awaiting"] = {"ids": [str(i) for i in ids], "mode": mode}
-            store.save_owned_state(run, state)
+            store.save_owned_state(run, run_state.with_children(state, call_key, ids, mode))
     if taken is not None:
         raise taken
     logger.info("run %s started %d child runs", run.id, len(ids))
@@ -194,20 +191,16 @@ def _fail(run: Run, call_key: str, ids, outcomes, mode: str, *, single: bool) ->
 
 def _forget(run: Run, call_key: str) -> None:
     """Drop a failed call's children so a retry of the step starts new ones."""
-    with transaction.atomic():
+    with store.atomic():
         state = store.lock_owned_state(run)
-        children = dict(state.get("children") or {})
-        children.pop(call_key, None)
-        state["children"] = children
-        state.pop("awaiting", None)
-        store.save_owned_state(run, state)
+        store.save_owned_state(run, run_state.forget_call(state, call_key))
 
 
 def _set_awaiting(run: Run, ids: list[uuid.UUID], mode: str) -> None:
-    awaiting = {"ids": [str(i) for i in ids], "mode": mode}
-    if (run.state or {}).get("awaiting") == awaiting:
+    if run_state.awaiting(run.state) == run_state.awaiting(
+        run_state.with_awaiting(None, ids, mode)
+    ):
         return
-    with transaction.atomic():
+    with store.atomic():
         state = store.lock_owned_state(run)
-        state["awaiting"] = awaiting
-        store.save_owned_state(run, state)
+        store.save_owned_state(run, run_state.with_awaiting(state, ids, mode))

@@ -17,6 +17,7 @@ import uuid
 from django.db import transaction
 
 from django_durable import signals, store
+from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
 from django_durable.operations import keys, parents
 from django_durable.workflows.definition import registry
@@ -28,8 +29,10 @@ def send_after_commit(signal, sender, **kwargs) -> None:
     """Send a signal once the current transaction commits (at once in autocommit)."""
     if not signal.receivers:  # nobody listens at all (cheaper than has_listeners)
         return
-    if transaction.get_connection().in_atomic_block:
-        transaction.on_commit(lambda: signal.send_robust(sender=sender, **kwargs))
+    if store.db().in_atomic_block:
+        transaction.on_commit(
+            lambda: signal.send_robust(sender=sender, **kwargs), using=store.alias()
+        )
     else:
         signal.send_robust(sender=sender, **kwargs)
 
@@ -67,7 +70,7 @@ def run_finished(run: Run, *, promote: bool = True) -> None:
     # Only a run that started children records them (a run that never did costs
     # no query here, unless it was cancelled); the ones a failed call forgot have
     # all finished.
-    if (run.state or {}).get("children") or run.status == Status.CANCELLED:
+    if run_state.has_children(run.state) or run.status == Status.CANCELLED:
         orphans = store.active_children(run.id)
         if orphans:
             cancel_runs(orphans, f"its parent run ended {run.status}")
@@ -97,7 +100,7 @@ def promote_waiting(workflow_name: str, key: str) -> None:
     when ``reuse`` keeps it, and waits behind a newer holder that took the key
     in between.
     """
-    with transaction.atomic():
+    with store.atomic():
         waiting = store.get_waiting_behind(workflow_name, key, lock=True)
         if waiting is None:
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+from django_durable import state as run_state
 from django_durable import store
 from django_durable.models import FINISHED_STATUSES, Status
 
@@ -30,7 +31,7 @@ def wake_if_ready(parent_id: uuid.UUID) -> bool:
     state = store.waiting_parent_state(parent_id)
     if state is None:
         return False
-    awaiting = state.get("awaiting") or {}
+    awaiting = run_state.awaiting(state)
     ids = [uuid.UUID(i) for i in awaiting.get("ids") or []]
     outcome = verdict(ids, store.run_outcomes(ids), awaiting.get("mode", "complete_all"))
     if outcome == "wait":

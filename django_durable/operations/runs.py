@@ -12,8 +12,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import transaction
-
 from django_durable import signals, store
 from django_durable.exceptions import (
     AlreadyFinished,
@@ -66,7 +64,7 @@ def list_executions(
 
 def retry(run_id: uuid.UUID | str) -> uuid.UUID:
     """Resume a failed run at the step that failed, taking its key back if it may."""
-    with transaction.atomic():
+    with store.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         if run.status != Status.FAILED:
             raise NotFailed(f"run {run.id} is {run.status}; only a failed run can be retried")
@@ -109,7 +107,7 @@ def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
 
 def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
     """Let a finished run's key go, so the next start may take it (even under ``never``)."""
-    with transaction.atomic():
+    with store.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         if run.status in ACTIVE_STATUSES:
             raise NotFinished(f"run {run.id} is {run.status}; cancel it before releasing its key")
@@ -142,7 +140,7 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     if run.status == Status.COMPENSATING:
         raise NotCancellable(f"run {run.id} is compensating and cannot be cancelled")
     error = {"type": "Cancelled", "message": reason or "cancelled", "reason": reason}
-    with transaction.atomic():
+    with store.atomic():
         if not store.cancel_run(run.id, error):
             current = Run.objects.get(id=run.id)
             if current.status == Status.COMPENSATING:

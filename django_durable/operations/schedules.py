@@ -21,7 +21,7 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from django_durable import store
 from django_durable.exceptions import KeyTaken
@@ -79,11 +79,11 @@ def schedule(
 
 
 def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool) -> Schedule:
-    with transaction.atomic():
+    with store.atomic():
         existing = Schedule.objects.select_for_update().filter(name=name).first()
         if existing is None:
             try:
-                with transaction.atomic():
+                with store.atomic():
                     return Schedule.objects.create(
                         name=name,
                         workflow=workflow_name,
@@ -118,7 +118,7 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
 
 def enable_schedule(name: str) -> None:
     """Let schedule ``name`` fire again, from its next tick after now."""
-    with transaction.atomic():
+    with store.atomic():
         sched = Schedule.objects.select_for_update().get(name=name)
         sched.enabled = True
         sched.next_fire_at = next_fire(sched.cron, sched.timezone, store.now())
@@ -161,9 +161,7 @@ def sync_declared() -> int:
 
 
 def sync_after_migrate(sender, using="default", **kwargs) -> None:
-    from django.db import DEFAULT_DB_ALIAS
-
-    if using == DEFAULT_DB_ALIAS:
+    if using == store.alias():
         sync_declared()
 
 
@@ -185,7 +183,7 @@ def fire_due(limit: int = BATCH) -> int:
     fired = 0
     while True:
         at = store.now()
-        with transaction.atomic():
+        with store.atomic():
             due = store.lock_due_schedules(at, limit)
             for sched in due:
                 fired += _fire_tick(sched, at)
@@ -198,7 +196,7 @@ def _fire_tick(sched: Schedule, at) -> int:
     tick = sched.next_fire_at
     following = next_fire(sched.cron, sched.timezone, max(at, tick))
     try:
-        with transaction.atomic():
+        with store.atomic():
             run_id, failed = _fire(sched, tick)
             if not store.advance_schedule(
                 sched, fired_at=at, next_fire_at=following, run_id=run_id, failed=failed
@@ -219,7 +217,7 @@ def _fire(sched: Schedule, tick) -> tuple[uuid.UUID | None, bool]:
     # The run can tell which tick started it: ctx.get("durable.schedule").
     marker: dict[str, Any] = {SCHEDULE_CONTEXT: {"name": sched.name, "tick": tick.isoformat()}}
     try:
-        with transaction.atomic():
+        with store.atomic():
             try:
                 result = start_run(
                     workflow,
@@ -245,7 +243,7 @@ def trigger_schedule(name: str) -> uuid.UUID | None:
     (the key's holder answered: ``use_existing``, ``error``, ``send_event``,
     ``debounced``); never raises ``KeyTaken``. Its next scheduled tick is unchanged.
     """
-    with transaction.atomic():
+    with store.atomic():
         sched = Schedule.objects.select_for_update().get(name=name)
         at = store.now()
         run_id, failed = _fire(sched, at)

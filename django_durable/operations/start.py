@@ -9,13 +9,10 @@ after commit.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any, NamedTuple
 
-from django.db import transaction
-
-from django_durable import conf, signals, store
+from django_durable import signals, store
 from django_durable.exceptions import KeyContended, KeyTaken
 from django_durable.models import (
     FINISHED_STATUSES,
@@ -40,7 +37,7 @@ class StartResult(NamedTuple):
 
 def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
     at = store.now()
-    run = _blank_run(
+    run = Run(
         id=uuid.uuid4(),
         workflow=workflow.name,
         queue=workflow.queue,
@@ -58,31 +55,6 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
         run.debounce_deadline = at + timeout if timeout is not None else None
         _set_debounced_due(run, workflow, run.debounce_deadline)
     return run
-
-
-def _blank_run(**values: Any) -> Run:
-    """``Run(**values)``: the other fields at their defaults (a start is a hot path)."""
-    template, factories = _run_template()
-    row = template.copy()
-    for attname, factory in factories:
-        if attname not in values:
-            row[attname] = factory()
-    row.update(values)
-    return store.build(Run, row)
-
-
-@functools.cache
-def _run_template() -> tuple[dict[str, Any], list[tuple[str, Any]]]:
-    """Each field's value in a new Run: a constant default, or a callable one to call."""
-    template: dict[str, Any] = {}
-    factories: list[tuple[str, Any]] = []
-    for field in Run._meta.concrete_fields:
-        if field.has_default() and callable(field.default):
-            factories.append((field.attname, field.default))
-            template[field.attname] = None
-        else:
-            template[field.attname] = field.get_default()
-    return template, factories
 
 
 def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
@@ -145,7 +117,7 @@ def start_run(
             store.insert_or_get_holder(run)  # no key: always inserted
             _announce_new_run(workflow, run, notify=False)
         else:
-            with transaction.atomic():
+            with store.atomic():
                 store.create_run(run)
                 _announce_new_run(workflow, run)
         return StartResult(run.id, "started")
@@ -156,7 +128,7 @@ def start_run(
         else None
     )
     if answer is None or isinstance(answer, store.InsertOrHolder):
-        with transaction.atomic():
+        with store.atomic():
             result, taken_by = _start_keyed(workflow, payload, key, policy, fields, answer)
     else:
         result, taken_by = answer
@@ -177,7 +149,7 @@ def _start_keyed_alone(
     caller goes on from there in a transaction.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
-    note = _duplicate_note(workflow, policy, payload, alone=True)
+    note = _duplicate_note(workflow, policy, payload)
     found = store.insert_or_get_holder(run, note=note)
     if found.inserted:
         _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
@@ -220,19 +192,14 @@ def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | No
     return _answered_by(holder, note.outcome)
 
 
-def _duplicate_note(
-    workflow, policy, payload: dict, *, alone: bool = False
-) -> store.DuplicateNote | None:
-    """For ``use_existing`` and ``error``: let the insert record the duplicate itself.
-    ``alone``: the statement is its own transaction, so when it only records a
-    duplicate it may commit without the WAL flush (``ASYNC_DUPLICATE_RECORDS``)."""
+def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
+    """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
     if policy not in ("use_existing", "error"):
         return None
     states = keys.holder_answers(
         reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
     )
-    commit_async = alone and conf.get("ASYNC_DUPLICATE_RECORDS")
-    return store.DuplicateNote(policy, states, payload, commit_async)
+    return store.DuplicateNote(policy, states, payload)
 
 
 def _decide(workflow, policy, holder: Run) -> Action:

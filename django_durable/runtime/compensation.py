@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
@@ -69,7 +70,7 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
     instance = workflow()
     executed = 0
     while True:
-        pending = ((run.state or {}).get("compensation") or {}).get("pending") or []
+        pending = run_state.compensation_pending(run.state)
         if not pending:
             # Nothing left (e.g. recovered just after the last one was recorded).
             return executed

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run, Status
@@ -19,7 +20,6 @@ from django_durable.workflows.context import (
     Context,
     Suspend,
     check_json,
-    event_slot,
 )
 from django_durable.workflows.definition import Workflow, registry
 
@@ -27,19 +27,8 @@ logger = logging.getLogger("django_durable.runtime.executor")
 
 
 def _resume_waits(run: Run) -> list[Any]:
-    """The values of the current step's passed waits, resolving the one it suspended in:
-    a sleep is over, and an event or input was received or its timeout passed."""
-    state = dict(run.state or {})
-    waits = list(state.pop("waits", []))
-    pending = state.pop("pending", None)
-    if pending:
-        if pending["kind"] == "sleep":
-            waits.append(None)
-        else:
-            slot = event_slot(pending["kind"], pending["name"])
-            received = state.get("received", {})
-            waits.append(received[slot] if slot in received else pending.get("timeout_value"))
-    run.state = state
+    """The values of the current step's passed waits (``state.resume``)."""
+    waits, run.state = run_state.resume(run.state)
     return waits
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connections
 
 from django_durable import checks, conf, store
 from django_durable.models import Run, Status
@@ -119,11 +119,11 @@ class Worker:
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         """Work until stopped; return the exit code (0 on a clean stop)."""
-        for warning in checks.sqlite_concurrency_warning(self.concurrency, connection.vendor):
+        for warning in checks.sqlite_concurrency_warning(self.concurrency, store.db().vendor):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
-        if not connection.in_atomic_block:
-            connection.close()  # this thread only waits from now on; the others have their own
+        if not store.db().in_atomic_block:
+            store.db().close()  # this thread only waits from now on; the others have their own
         restore = self._install_signal_handlers() if install_signal_handlers else None
         threads = [
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)

@@ -5,15 +5,173 @@ Everything here is a short statement or a short transaction. No row lock is
 held while user code runs: a claim commits before the first step starts, and
 every later write of the claiming worker is fenced (``fence`` must still be the
 value the claim set, and the run must still be running).
+
+Each module keeps its statements as named constants with a comment on what they
+do and which index serves them. This face re-exports what the modules list in
+their ``__all__``, and nothing else.
+
+Lock order: where one transaction locks both a key's holder and the run waiting
+behind it, it locks the holder first.
 """
 
-from django_durable.store.base import *  # noqa: F403
-from django_durable.store.children import *  # noqa: F403
-from django_durable.store.claims import *  # noqa: F403
-from django_durable.store.compensations import *  # noqa: F403
-from django_durable.store.holders import *  # noqa: F403
-from django_durable.store.pruning import *  # noqa: F403
-from django_durable.store.runs import *  # noqa: F403
-from django_durable.store.schedules import *  # noqa: F403
-from django_durable.store.starts import *  # noqa: F403
-from django_durable.store.workers import *  # noqa: F403
+from django_durable.store.base import (
+    LeaseLost,
+    alias,
+    atomic,
+    db,
+    in_autocommit,
+    is_postgres,
+    notify_due,
+    now,
+)
+from django_durable.store.children import (
+    cancel_runs,
+    lock_owned_state,
+    run_outcomes,
+    save_owned_state,
+    waiting_parent_state,
+    waiting_parents,
+    wake_parent,
+)
+from django_durable.store.claims import (
+    claim,
+    next_due_at,
+)
+from django_durable.store.compensations import (
+    begin_compensating,
+    hand_back_compensating,
+    record_compensation_completed,
+    record_compensation_failed,
+    recover_expired_compensations,
+)
+from django_durable.store.holders import (
+    active_children,
+    cancel_run,
+    get_holder,
+    get_waiting_behind,
+    move_waiting_behind,
+    release_key,
+    replace_holder,
+    resume_failed,
+    take_key,
+    take_key_and_run,
+    update_pending_input,
+    update_waiting_input,
+    wait_behind,
+    waiting_behind_finished,
+)
+from django_durable.store.pruning import (
+    prunable,
+    prune_activity,
+    prune_runs,
+)
+from django_durable.store.runs import (
+    current_status,
+    deliver,
+    hand_back,
+    recover_expired_leases,
+    renew_lease,
+)
+from django_durable.store.schedules import (
+    advance_schedule,
+    lock_due_schedules,
+    record_manual_fire,
+)
+from django_durable.store.starts import (
+    DuplicateNote,
+    InsertOrHolder,
+    create_run,
+    hand_off,
+    insert_or_get_holder,
+    insert_run,
+    record_activity,
+)
+from django_durable.store.steps import (
+    record_attempt_cancelled,
+    record_run_failed,
+    record_step_completed,
+    record_step_failed,
+    record_suspended,
+)
+from django_durable.store.workers import (
+    Listener,
+    forget_dead_workers,
+    notify_runs_due,
+    open_listener,
+    register_worker,
+    renew_leases,
+    reset_connection_after_error,
+    unregister_worker,
+    worker_heartbeat,
+)
+
+__all__ = [
+    "DuplicateNote",
+    "InsertOrHolder",
+    "LeaseLost",
+    "Listener",
+    "active_children",
+    "advance_schedule",
+    "alias",
+    "atomic",
+    "begin_compensating",
+    "cancel_run",
+    "cancel_runs",
+    "claim",
+    "create_run",
+    "current_status",
+    "db",
+    "deliver",
+    "forget_dead_workers",
+    "get_holder",
+    "get_waiting_behind",
+    "hand_back",
+    "hand_back_compensating",
+    "hand_off",
+    "in_autocommit",
+    "insert_or_get_holder",
+    "insert_run",
+    "is_postgres",
+    "lock_due_schedules",
+    "lock_owned_state",
+    "move_waiting_behind",
+    "next_due_at",
+    "notify_due",
+    "notify_runs_due",
+    "now",
+    "open_listener",
+    "prunable",
+    "prune_activity",
+    "prune_runs",
+    "record_activity",
+    "record_attempt_cancelled",
+    "record_compensation_completed",
+    "record_compensation_failed",
+    "record_manual_fire",
+    "record_run_failed",
+    "record_step_completed",
+    "record_step_failed",
+    "record_suspended",
+    "recover_expired_compensations",
+    "recover_expired_leases",
+    "register_worker",
+    "release_key",
+    "renew_lease",
+    "renew_leases",
+    "replace_holder",
+    "reset_connection_after_error",
+    "resume_failed",
+    "run_outcomes",
+    "save_owned_state",
+    "take_key",
+    "take_key_and_run",
+    "unregister_worker",
+    "update_pending_input",
+    "update_waiting_input",
+    "wait_behind",
+    "waiting_behind_finished",
+    "waiting_parent_state",
+    "waiting_parents",
+    "wake_parent",
+    "worker_heartbeat",
+]

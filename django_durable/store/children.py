@@ -9,11 +9,21 @@ from typing import Any
 from django_durable.models import Run, Status
 from django_durable.store.base import (
     LeaseLost,
-    _owned,
     notify_due,
     now,
+    owned,
 )
 from django_durable.store.holders import cancel_run
+
+__all__ = [
+    "cancel_runs",
+    "lock_owned_state",
+    "run_outcomes",
+    "save_owned_state",
+    "waiting_parent_state",
+    "waiting_parents",
+    "wake_parent",
+]
 
 # --- children -------------------------------------------------------------------
 
@@ -21,14 +31,14 @@ from django_durable.store.holders import cancel_run
 def lock_owned_state(run: Run) -> dict:
     """The state of a run this worker owns, its row locked until the transaction ends
     (so children are started and recorded by one owner, once)."""
-    row = _owned(run).select_for_update().values_list("state", flat=True).first()
-    if row is None and not _owned(run).exists():
+    row = owned(run).select_for_update().values_list("state", flat=True).first()
+    if row is None and not owned(run).exists():
         raise LeaseLost(run.id)
     return dict(row or {})
 
 
 def save_owned_state(run: Run, state: dict) -> None:
-    if not _owned(run).update(state=state):
+    if not owned(run).update(state=state):
         raise LeaseLost(run.id)
     run.state = state
 

@@ -6,16 +6,27 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.db.models import F
 
+from django_durable import state as run_state
 from django_durable.models import Run, Status, StepAttempt
 from django_durable.store.base import (
     LeaseLost,
-    _attempt,
-    _owned,
+    announce_attempt,
+    atomic,
+    attempt_of,
+    insert,
     now,
+    owned,
 )
+
+__all__ = [
+    "begin_compensating",
+    "hand_back_compensating",
+    "record_compensation_completed",
+    "record_compensation_failed",
+    "recover_expired_compensations",
+]
 
 # --- compensations --------------------------------------------------------------
 
@@ -45,12 +56,11 @@ def begin_compensating(
     """A run that failed for good turns ``compensating``: it keeps its key and its
     worker, keeps ``error`` as the original error, and will undo ``pending``
     (step indexes, in the order to undo them)."""
-    with transaction.atomic():
-        locked = _owned(run).select_for_update().only("id", "state").first()
+    with atomic():
+        locked = owned(run).select_for_update().only("id", "state").first()
         if locked is None:
             raise LeaseLost(run.id)
-        state = dict(locked.state or {})
-        state["compensation"] = {"pending": pending, "failed_step": step_name}
+        state = run_state.with_compensation(locked.state, pending, step_name)
         changes: dict[str, Any] = {
             "status": Status.COMPENSATING,
             "error": error,
@@ -59,13 +69,16 @@ def begin_compensating(
             "waiting_for": None,
             "state": state,
         }
-        _owned(run).update(**changes)
+        owned(run).update(**changes)
         if step_name is not None:
-            _attempt(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error).save(
-                force_insert=True
+            attempt = attempt_of(
+                run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error
             )
+            insert(attempt)
     for name, value in changes.items():
         setattr(run, name, value)
+    if step_name is not None:
+        announce_attempt(attempt)
 
 
 def hand_back_compensating(run: Run) -> bool:
@@ -79,23 +92,22 @@ def record_compensation_completed(
     run: Run, index: int, name: str, started_at: datetime, output: Any, context: dict
 ) -> None:
     """Record an undone step; the last one ends the run ``compensated``."""
-    state = dict(run.state or {})
-    compensation = dict(state.get("compensation") or {})
-    compensation["pending"] = [i for i in compensation.get("pending", []) if i != index]
-    state["compensation"] = compensation
+    state = run_state.without_compensated(run.state, index)
     changes: dict[str, Any] = {"attempt": 1, "state": state, "context": context}
-    if not compensation["pending"]:
+    if not run_state.compensation_pending(state):
         changes.update(
             status=Status.COMPENSATED, finished_at=now(), due_at=None, lease_expires_at=None
         )
-    with transaction.atomic():
+    with atomic():
         if not _owned_compensating(run).update(**changes):
             raise LeaseLost(run.id)
-        _compensation_attempt(
+        attempt = _compensation_attempt(
             run, index, name, StepAttempt.Outcome.COMPLETED, started_at, output=output
-        ).save(force_insert=True)
+        )
+        insert(attempt)
     for field, value in changes.items():
         setattr(run, field, value)
+    announce_attempt(attempt)
 
 
 def record_compensation_failed(
@@ -125,14 +137,16 @@ def record_compensation_failed(
             "due_at": None,
             "lease_expires_at": None,
         }
-    with transaction.atomic():
+    with atomic():
         if not _owned_compensating(run).update(**changes):
             raise LeaseLost(run.id)
-        _compensation_attempt(
+        attempt = _compensation_attempt(
             run, index, name, StepAttempt.Outcome.FAILED, started_at, error=error
-        ).save(force_insert=True)
+        )
+        insert(attempt)
     for field, value in changes.items():
         setattr(run, field, value)
+    announce_attempt(attempt)
 
 
 def recover_expired_compensations() -> list[uuid.UUID]:
@@ -140,7 +154,7 @@ def recover_expired_compensations() -> list[uuid.UUID]:
     compensating (so still holding their key and refusing cancel); the lost
     attempt counts."""
     at = now()
-    with transaction.atomic():
+    with atomic():
         expired = list(
             Run.objects.select_for_update(skip_locked=True)
             .filter(status=Status.COMPENSATING, worker_id__isnull=False, lease_expires_at__lt=at)
@@ -154,7 +168,7 @@ def recover_expired_compensations() -> list[uuid.UUID]:
         )
         lost = []
         for run_id, attempt, worker, state in expired:
-            pending = ((state or {}).get("compensation") or {}).get("pending") or [0]
+            pending = run_state.compensation_pending(state) or [0]
             lost.append(
                 StepAttempt(
                     run_id=run_id,

@@ -8,10 +8,27 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from django_durable.models import Run, Status
-from django_durable.store.base import now
+from django_durable.store.base import atomic, now
+
+__all__ = [
+    "active_children",
+    "cancel_run",
+    "get_holder",
+    "get_waiting_behind",
+    "move_waiting_behind",
+    "release_key",
+    "replace_holder",
+    "resume_failed",
+    "take_key",
+    "take_key_and_run",
+    "update_pending_input",
+    "update_waiting_input",
+    "wait_behind",
+    "waiting_behind_finished",
+]
 
 HOLDER_FIELDS = (
     "id",
@@ -47,7 +64,7 @@ def release_key(run_id: uuid.UUID, *, statuses: Iterable[str]) -> bool:
 def take_key(run_id: uuid.UUID) -> bool:
     """Make ``run_id`` the holder of its key again; False if another run holds it."""
     try:
-        with transaction.atomic():
+        with atomic():
             return bool(Run.objects.filter(id=run_id, holds_key=False).update(holds_key=True))
     except IntegrityError:
         return False
@@ -127,7 +144,7 @@ def take_key_and_run(run_id: uuid.UUID, *, timeout: timedelta | None) -> bool:
     """A waiting ``run_again`` run takes its key and becomes due; its timeout starts now."""
     at = now()
     try:
-        with transaction.atomic():
+        with atomic():
             return bool(
                 Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(
                     holds_key=True,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from django_durable.models import (
@@ -17,6 +16,13 @@ from django_durable.models import (
     Status,
     StepAttempt,
 )
+from django_durable.store.base import atomic
+
+__all__ = [
+    "prunable",
+    "prune_activity",
+    "prune_runs",
+]
 
 # --- pruning --------------------------------------------------------------------
 
@@ -80,7 +86,7 @@ def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> i
         )
         if not roots:
             return total
-        with transaction.atomic():
+        with atomic():
             ids, blocked = _tree_blocked(roots)
             skipped |= blocked
             roots = [run_id for run_id in roots if run_id not in blocked]

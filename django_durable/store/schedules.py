@@ -10,6 +10,12 @@ from django.db.models import F
 
 from django_durable.models import Schedule
 
+__all__ = [
+    "advance_schedule",
+    "lock_due_schedules",
+    "record_manual_fire",
+]
+
 # --- schedules ------------------------------------------------------------------
 
 

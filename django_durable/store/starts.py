@@ -1,122 +1,209 @@
-"""Starting runs with keys: one statement that inserts or finds the holder, the
-hand-off, and the activity rows that record what keys did."""
+"""Starting runs: the insert that respects keys and finds the holder, the hand-off,
+and the activity rows that record what keys did.
+
+The key rules themselves are enforced by ``durable_run_one_holder_per_key``, a
+unique index on (workflow, key) of the rows with ``holds_key``: an insert that
+meets it does nothing (``ON CONFLICT DO NOTHING``), so a taken key is an answer,
+never an error that would abort the caller's transaction. On PostgreSQL an
+insert that meets another transaction's uncommitted insert of the same key
+waits for it to commit (then does nothing) or roll back (then inserts).
+"""
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Any, NamedTuple
-
-from django.db import DEFAULT_DB_ALIAS, models, transaction
 
 from django_durable import conf
 from django_durable.models import Activity, Run
 from django_durable.store.base import (
-    _db,
-    _field_plan,
-    _literal,
-    _prepared,
-    _qn,
+    as_json,
+    atomic,
+    db,
+    fetchone,
+    from_row,
+    is_postgres,
     now,
-    run_from_row,
-    sql_cursor,
+    values_of,
 )
-from django_durable.store.holders import HOLDER_FIELDS, get_holder, release_key
+from django_durable.store.holders import get_holder, release_key
 
-# --- starting -----------------------------------------------------------------
+__all__ = [
+    "DuplicateNote",
+    "InsertOrHolder",
+    "create_run",
+    "hand_off",
+    "insert_or_get_holder",
+    "insert_run",
+    "record_activity",
+]
 
+# Every column of ``durable_run``, in the model's order; the statements below name
+# them all (tests/test_statements.py checks this list against the model).
+RUN_COLUMNS = (
+    "id",
+    "workflow",
+    "queue",
+    "status",
+    "input",
+    "context",
+    "result",
+    "error",
+    "key",
+    "holds_key",
+    "runs_after_id",
+    "parent_id",
+    "step_index",
+    "attempt",
+    "due_at",
+    "timeout_at",
+    "debounce_deadline",
+    "waiting_for",
+    "state",
+    "worker_id",
+    "lease_expires_at",
+    "fence",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
 
-_INSERT_SQL: dict[tuple, str] = {}
+# Insert a run unless its key is taken (PostgreSQL and SQLite).
+INSERT_RUN = """
+INSERT INTO durable_run (
+    id, workflow, queue, status, input, context, result, error, "key", holds_key,
+    runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
+    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at, finished_at
+) VALUES (
+    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
+    %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
+    %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
+    %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
+    %(started_at)s, %(finished_at)s
+)
+ON CONFLICT DO NOTHING
+RETURNING id
+"""
 
+# A start in one statement (PostgreSQL), atomic on its own:
+# - ``new``: INSERT_RUN; a taken key makes it insert nothing;
+# - ``holder``: then the key's holder, through durable_run_one_holder_per_key. It is
+#   read with the statement's snapshot, so a holder that committed while the insert
+#   waited on it is not seen: no row comes back, and the caller asks again;
+# - ``noted``: the duplicate's activity row, written only when the holder is in a
+#   state in which the start just answers (``answers``: 'status:picked_up' strings,
+#   from keys.holder_answers; empty when the caller records the duplicate itself);
+# - the NOTIFY that wakes an idle worker when the new run is due now (``wake``).
+# One row comes back: the new run's, or the holder's with whether ``noted`` wrote.
+INSERT_OR_GET_HOLDER = """
+WITH new AS (
+    INSERT INTO durable_run (
+        id, workflow, queue, status, input, context, result, error, "key", holds_key,
+        runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
+        waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
+        finished_at
+    ) VALUES (
+        %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
+        %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
+        %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
+        %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
+        %(started_at)s, %(finished_at)s
+    )
+    ON CONFLICT DO NOTHING
+    RETURNING id
+),
+holder AS (
+    SELECT id, workflow, queue, status, input, "key", holds_key, due_at, debounce_deadline,
+           started_at
+    FROM durable_run
+    WHERE workflow = %(workflow)s AND "key" = %(key)s AND holds_key
+      AND NOT EXISTS (SELECT 1 FROM new)
+),
+noted AS (
+    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
+    SELECT 'key_duplicate', holder.id, holder.workflow, holder.key,
+           jsonb_build_object(
+               'key', holder.key, 'workflow', holder.workflow,
+               'outcome', %(outcome)s::text,
+               'input_changed', holder.input IS DISTINCT FROM %(dup_input)s::jsonb,
+               'input', %(dup_input)s::jsonb),
+           %(created_at)s
+    FROM holder
+    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text
+          = ANY (%(answers)s::text[])
+    RETURNING 1
+)
+SELECT true,
+       CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END,
+       new.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       false, NULL::boolean
+FROM new
+UNION ALL
+SELECT false, false,
+       holder.id, holder.workflow, holder.queue, holder.status, holder.input, holder.key,
+       holder.holds_key, holder.due_at, holder.debounce_deadline, holder.started_at,
+       EXISTS (SELECT 1 FROM noted), holder.input IS DISTINCT FROM %(dup_input)s::jsonb
+FROM holder
+"""
 
-def _insert_statement(obj, *, on_conflict: str = "", db=None) -> tuple[str, list]:
-    """A single-row INSERT of a model instance, prepared without the ORM's save().
+# Hand a finished holder's key to a new run (PostgreSQL), all or nothing, in one
+# statement: ``released`` lets the key go if the holder still holds it in the status
+# the start saw (found by its primary key: "holds_key IS NOT FALSE" matches no partial
+# index of holders, which stale statistics once made the planner scan whole);
+# ``new`` inserts the run only if that happened (the released version no longer
+# counts for the unique index within the statement); ``noted`` records the hand-off;
+# and the NOTIFY wakes a worker. A SELECT list takes no types from the target
+# columns, hence the casts.
+HAND_OFF = """
+WITH released AS (
+    UPDATE durable_run SET holds_key = false
+    WHERE id = %(holder_id)s AND holds_key IS NOT FALSE AND status = %(holder_status)s
+    RETURNING id
+),
+new AS (
+    INSERT INTO durable_run (
+        id, workflow, queue, status, input, context, result, error, "key", holds_key,
+        runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
+        waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
+        finished_at
+    )
+    SELECT %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
+           %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb, %(error)s::jsonb,
+           %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
+           %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
+           %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
+           %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
+           %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
+           %(created_at)s::timestamptz, %(started_at)s::timestamptz,
+           %(finished_at)s::timestamptz
+    WHERE EXISTS (SELECT 1 FROM released)
+    RETURNING id
+),
+noted AS (
+    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
+    SELECT 'key_handed_off', new.id, %(workflow)s, %(key)s, %(details)s::jsonb, %(created_at)s
+    FROM new
+    RETURNING 1
+)
+SELECT CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END,
+       EXISTS (SELECT 1 FROM noted)
+FROM new
+"""
 
-    NULL columns are left out (no column has a database default, so that is the
-    same row); the SQL is built once per model and set of columns, so the
-    statement text repeats and PostgreSQL can keep a plan for it. On PostgreSQL a
-    value that is its field's simple default is written as a literal: one
-    parameter fewer to send, and still one statement per shape.
-    """
-    db = db or _db()
-    meta = type(obj)._meta
-    columns, slots, values, _fields = _insert_parts(obj, db)
-    cache_key = (db.vendor, meta.db_table, tuple(columns), tuple(slots), on_conflict)
-    sql = _INSERT_SQL.get(cache_key)
-    if sql is None:
-        qn = db.ops.quote_name
-        sql = _INSERT_SQL[cache_key] = (
-            f"INSERT INTO {qn(meta.db_table)} ({', '.join(qn(c) for c in columns)}) "
-            f"VALUES ({', '.join(slots)}){on_conflict}"
-        )
-    return sql, values
-
-
-def _insert_parts(obj, db) -> tuple[list[str], list[str], list[Any], list]:
-    """The columns of an INSERT of ``obj``, each one's SQL (``%s`` or a literal), the
-    parameters, and the fields."""
-    meta = type(obj)._meta
-    literals = _default_literals(meta) if db.vendor == "postgresql" else None
-    row = _prepared(_field_plan(meta, db), obj, literals)
-    columns = [column for _field, column, _slot, _value in row]
-    slots = [slot for _field, _column, slot, _value in row]
-    values = [value for _field, _column, slot, value in row if slot == "%s"]
-    fields = [field for field, _column, _slot, _value in row]
-    return columns, slots, values, fields
-
-
-@functools.cache
-def _default_literals(meta) -> dict[str, tuple[Any, str]]:
-    """Per field with a simple default (a number, a flag, a plain word, an empty JSON
-    object): the default and its SQL literal."""
-    literals: dict[str, tuple[Any, str]] = {}
-    for field in meta.concrete_fields:
-        if not field.has_default():
-            continue
-        default = field.get_default()
-        if isinstance(field, models.JSONField) and default == {}:
-            literals[field.attname] = ({}, "'{}'")
-        elif isinstance(default, bool):
-            literals[field.attname] = (default, "true" if default else "false")
-        elif isinstance(default, int) and not callable(field.default):
-            literals[field.attname] = (default, str(int(default)))
-        elif isinstance(default, str) and default.isidentifier():
-            literals[field.attname] = (default, _literal(default))
-    return literals
-
-
-def _wake_params(run: Run) -> list:
-    """The NOTIFY parameters for a run due now (delivered at commit); none otherwise."""
-    if run.due_at is not None and run.due_at <= now():
-        return [conf.get("NOTIFY_CHANNEL"), run.queue]
-    return []
-
-
-def _notify_sql(notify: bool) -> str:
-    """A boolean column that sends the NOTIFY of ``_wake_params`` when there is one."""
-    return "pg_notify(%s, %s)::text IS NULL" if notify else "false"
-
-
-def _inserted(run: Run) -> None:
-    run._state.adding = False
-    run._state.db = DEFAULT_DB_ALIAS
-
-
-def insert_run(run: Run) -> bool:
-    """Insert ``run`` unless that breaks a key constraint; return whether it was inserted.
-
-    ``ON CONFLICT DO NOTHING`` makes a taken key an answer, not an error: the
-    statement never aborts the caller's transaction. On PostgreSQL, an insert
-    that meets another transaction's uncommitted insert of the same key waits
-    for it to commit (then does nothing) or roll back (then inserts).
-    """
-    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING")
-    with sql_cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {_qn('id')}", values)
-        inserted = cursor.fetchone() is not None
-    if inserted:
-        _inserted(run)
-    return inserted
+# The holder columns INSERT_OR_GET_HOLDER returns, in the model's field order (the
+# fields holders.get_holder reads).
+HOLDER_ATTNAMES = (
+    "id",
+    "workflow",
+    "queue",
+    "status",
+    "input",
+    "key",
+    "holds_key",
+    "due_at",
+    "debounce_deadline",
+    "started_at",
+)
 
 
 class DuplicateNote(NamedTuple):
@@ -128,9 +215,6 @@ class DuplicateNote(NamedTuple):
     outcome: str
     holder_states: frozenset[tuple[str, bool]]
     input: dict
-    # Commit without waiting for the WAL flush when the duplicate is all the statement
-    # writes (only for a statement that is its own transaction).
-    commit_async: bool = False
 
 
 class InsertOrHolder(NamedTuple):
@@ -143,107 +227,64 @@ class InsertOrHolder(NamedTuple):
     input_changed: bool | None = None
 
 
+def _run_params(run: Run) -> dict[str, Any]:
+    return values_of(run, Run._meta.concrete_fields)
+
+
+def _wake(run: Run) -> dict[str, Any]:
+    """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
+    return {
+        "wake": run.due_at is not None and run.due_at <= now(),
+        "channel": conf.get("NOTIFY_CHANNEL"),
+    }
+
+
+def _inserted(run: Run) -> None:
+    run._state.adding = False
+    run._state.db = db().alias
+
+
+def insert_run(run: Run) -> bool:
+    """Insert ``run`` unless that breaks a key constraint; return whether it was inserted."""
+    inserted = fetchone(INSERT_RUN, _run_params(run)) is not None
+    if inserted:
+        _inserted(run)
+    return inserted
+
+
+def create_run(run: Run) -> None:
+    """Insert a run that cannot meet a key constraint (no key)."""
+    run.save(force_insert=True, using=db().alias)
+
+
 def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
-    On PostgreSQL this is one statement, atomic on its own: the INSERT, the NOTIFY
-    that wakes an idle worker (when the new run is due now; delivered at commit),
-    the holder's row when the key is taken and, with ``note``, the duplicate's
-    activity row when the holder answers it. The holder is read with the
-    statement's snapshot, so a holder that committed while the INSERT waited on it
-    is not seen: the caller then asks ``get_holder``. Elsewhere it is ``insert_run``
-    then ``get_holder``, no NOTIFY, and the caller records the duplicate itself.
+    On PostgreSQL one statement (INSERT_OR_GET_HOLDER): with ``note``, it also
+    records the duplicate when the holder answers it, and it wakes a worker.
+    Elsewhere INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the
+    duplicate itself.
     """
-    db = _db()
-    if db.vendor != "postgresql":
+    if not is_postgres():
         if insert_run(run):
             return InsertOrHolder(True)
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder)
-    sql, values = _insert_statement(run, on_conflict=" ON CONFLICT DO NOTHING", db=db)
-    wake = _wake_params(run)
-    answers = note.holder_states if note is not None else frozenset()
-    commit_async = note is not None and note.commit_async
-    statement = _insert_or_holder_sql(sql, bool(wake), answers, commit_async)
-    params = [*values, run.workflow, run.key]  # in the order the statement names them
-    if answers:
-        params += [note.outcome, db.ops.adapt_json_value(note.input, None), now()]
-    with sql_cursor(db) as cursor:
-        cursor.execute(statement, params + wake)
-        row = cursor.fetchone()
+    params = _run_params(run)
+    params.update(_wake(run))
+    if note is not None:
+        answers = [f"{status}:{str(picked).lower()}" for status, picked in note.holder_states]
+        params.update(outcome=note.outcome, dup_input=as_json(note.input), answers=answers)
+    else:
+        params.update(outcome=None, dup_input=None, answers=[])
+    row = fetchone(INSERT_OR_GET_HOLDER, params)
     if row is None:
         return InsertOrHolder(False)
     if row[0]:
         _inserted(run)
         return InsertOrHolder(True)
-    holder = run_from_row(_HOLDER_COLUMNS, row[2:-2])
+    holder = from_row(Run, HOLDER_ATTNAMES, row[2:-2])
     return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
-
-
-_INSERT_OR_HOLDER_SQL: dict[tuple, str] = {}
-
-
-def _insert_or_holder_sql(insert: str, notify: bool, answers: frozenset, commit_async: bool) -> str:
-    cache_key = (insert, notify, answers, commit_async)
-    statement = _INSERT_OR_HOLDER_SQL.get(cache_key)
-    if statement is not None:
-        return statement
-    qn = _qn
-    holder_columns = ", ".join(qn(c) for c in _HOLDER_COLUMNS)
-    nulls = ", ".join(["NULL"] * (len(_HOLDER_COLUMNS) - 1))
-    parts = [
-        f"WITH new AS ({insert} RETURNING {qn('id')}), "
-        f"holder AS (SELECT {holder_columns} FROM {qn(Run._meta.db_table)} "
-        f"WHERE {qn('workflow')} = %s AND {qn('key')} = %s AND {qn('holds_key')} "
-        "AND NOT EXISTS (SELECT 1 FROM new))"
-    ]
-    noted, changed = "false", "NULL::boolean"
-    if answers:
-        # The duplicate's activity row, as record_activity writes it, only when the
-        # holder's state is one in which the start just answers.
-        table = qn(Activity._meta.db_table)
-        changed = "holder.input IS DISTINCT FROM dup.input"
-        parts.append(
-            ", dup AS (SELECT %s::text AS outcome, %s::jsonb AS input, %s::timestamptz AS at), "
-            f"noted AS (INSERT INTO {table} (kind, run_id, workflow, {qn('key')}, details, "
-            f"created_at) SELECT '{Activity.Kind.KEY_DUPLICATE}', holder.id, holder.workflow, "
-            "holder.key, jsonb_build_object('key', holder.key, 'workflow', holder.workflow, "
-            f"'outcome', dup.outcome, 'input_changed', {changed}, 'input', dup.input), dup.at "
-            f"FROM holder, dup WHERE {_holder_in(answers)} "
-            f"RETURNING {_noted_returns(commit_async)})"
-        )
-        noted = "EXISTS (SELECT 1 FROM noted)"
-        changed = f"(SELECT {changed} FROM dup)"
-    parts.append(
-        f" SELECT true, {_notify_sql(notify)}, new.{qn('id')}, {nulls}, false, NULL::boolean "
-        "FROM new "
-        f"UNION ALL SELECT false, false, {holder_columns}, {noted}, {changed} FROM holder"
-    )
-    statement = _INSERT_OR_HOLDER_SQL[cache_key] = "".join(parts)
-    return statement
-
-
-def _noted_returns(commit_async: bool) -> str:
-    """What the duplicate's INSERT returns; with ``commit_async`` it also turns off
-    ``synchronous_commit`` for this transaction, and only when the row is written (a
-    new run inserted by the same statement keeps the flush)."""
-    return "set_config('synchronous_commit', 'off', true)" if commit_async else "1"
-
-
-def _holder_in(states: frozenset[tuple[str, bool]]) -> str:
-    """SQL over the ``holder`` row: its ``(status, picked_up)`` is one of ``states``."""
-    by_status: dict[str, set[bool]] = {}
-    for status, picked_up in states:
-        by_status.setdefault(status, set()).add(picked_up)
-    whole = sorted(s for s, seen in by_status.items() if len(seen) == 2)
-    terms = []
-    if whole:
-        terms.append(f"holder.status IN ({', '.join(_literal(s) for s in whole)})")
-    for status, seen in sorted(by_status.items()):
-        if len(seen) == 1:
-            test = "IS NOT NULL" if True in seen else "IS NULL"
-            terms.append(f"(holder.status = {_literal(status)} AND holder.started_at {test})")
-    return f"({' OR '.join(terms)})"
 
 
 class _Retry(Exception):
@@ -255,16 +296,12 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
     it (if it still holds the key in ``holder_status``), insert ``run`` and record the
     hand-off, all or nothing. False (nothing written) when the holder moved on.
 
-    On PostgreSQL one statement, atomic on its own: the conditional UPDATE of the
-    holder, the INSERT that runs only if it released the key (the released version
-    no longer counts for the unique index within the statement), the activity row
-    and the NOTIFY. Elsewhere the same writes in a transaction.
+    On PostgreSQL one statement (HAND_OFF); elsewhere the same writes in a transaction.
     """
     details = {"from_run_id": str(holder_id), "to_run_id": str(run.id)}
-    db = _db()
-    if db.vendor != "postgresql":
+    if not is_postgres():
         try:
-            with transaction.atomic():
+            with atomic():
                 if not release_key(holder_id, statuses=[holder_status]):
                     return False
                 if not insert_run(run):
@@ -279,67 +316,23 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
         except _Retry:
             return False
         return True
-    columns, slots, values, fields = _insert_parts(run, db)
-    wake = _wake_params(run)
-    cache_key = (tuple(columns), tuple(slots), bool(wake))
-    sql = _HAND_OFF_SQL.get(cache_key)
-    if sql is None:
-        qn = db.ops.quote_name
-        table = qn(Run._meta.db_table)
-        # Explicit casts: a SELECT list does not take its types from the target columns.
-        selected = ", ".join(
-            f"{slot}::{field.db_type(db)}" for slot, field in zip(slots, fields, strict=True)
-        )
-        # "holds_key IS NOT FALSE" (the column is NOT NULL, so: holds_key) does not let
-        # the planner use the partial indexes of holders: the run is found by its
-        # primary key. Statistics from when holders were rare made a whole scan of
-        # such an index look cheaper, and the prepared plan kept it.
-        sql = _HAND_OFF_SQL[cache_key] = (
-            f"WITH released AS (UPDATE {table} SET {qn('holds_key')} = false "
-            f"WHERE {qn('id')} = %s AND {qn('holds_key')} IS NOT FALSE AND {qn('status')} = %s "
-            f"RETURNING {qn('id')}), "
-            f"new AS (INSERT INTO {table} ({', '.join(qn(c) for c in columns)}) "
-            f"SELECT {selected} WHERE EXISTS (SELECT 1 FROM released) RETURNING {qn('id')}), "
-            f"noted AS (INSERT INTO {qn(Activity._meta.db_table)} (kind, run_id, workflow, "
-            f"{qn('key')}, details, created_at) SELECT "
-            f"'{Activity.Kind.KEY_HANDED_OFF}', new.{qn('id')}, %s::text, %s::text, "
-            "%s::jsonb, %s::timestamptz FROM new RETURNING 1) "
-            f"SELECT {_notify_sql(bool(wake))}, EXISTS (SELECT 1 FROM noted) FROM new"
-        )
-    params = [holder_id, holder_status, *values, run.workflow, run.key]
-    params += [
-        db.ops.adapt_json_value({"key": run.key, "workflow": run.workflow, **details}, None),
-        now(),
-        *wake,
-    ]
-    with sql_cursor(db) as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
+    params = _run_params(run)
+    params.update(_wake(run))
+    params.update(
+        holder_id=holder_id,
+        holder_status=holder_status,
+        details=as_json({"key": run.key, "workflow": run.workflow, **details}),
+    )
+    if fetchone(HAND_OFF, params) is None:
         return False
     _inserted(run)
     return True
 
 
-_HAND_OFF_SQL: dict[tuple, str] = {}
-
-
-def create_run(run: Run) -> None:
-    """Insert a run that cannot meet a key constraint (no key)."""
-    run.save(force_insert=True)
-
-
-# The holder columns insert_or_get_holder returns, in the model's field order
-# (which ``run_from_row`` and ``Model.from_db`` expect for a partial row).
-_HOLDER_COLUMNS = tuple(
-    f.attname for f in Run._meta.concrete_fields if f.attname in {*HOLDER_FIELDS, "queue"}
-)
-
-
 def record_activity(
     kind: str, *, run_id: uuid.UUID | None, workflow: str, key: str | None, details: dict
 ) -> None:
-    activity = Activity(
+    Activity.objects.create(
         kind=kind,
         run_id=run_id,
         workflow=workflow,
@@ -347,7 +340,3 @@ def record_activity(
         details={"key": key, "workflow": workflow, **details},
         created_at=now(),
     )
-    # A plain INSERT: no save() machinery (nothing listens to Activity's model signals).
-    sql, values = _insert_statement(activity)
-    with sql_cursor() as cursor:
-        cursor.execute(sql, values)

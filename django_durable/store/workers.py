@@ -6,11 +6,23 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from django.db import connection, connections, transaction
+from django.db import connections
 from django.db.models import Q
 
 from django_durable.models import Run, Status, WorkerNode
-from django_durable.store.base import is_postgres, notify_due, now
+from django_durable.store.base import atomic, db, is_postgres, notify_due, now
+
+__all__ = [
+    "Listener",
+    "forget_dead_workers",
+    "notify_runs_due",
+    "open_listener",
+    "register_worker",
+    "renew_leases",
+    "reset_connection_after_error",
+    "unregister_worker",
+    "worker_heartbeat",
+]
 
 # --- worker ---------------------------------------------------------------------
 # Registration of worker processes, lease renewal for the runs a worker holds,
@@ -39,7 +51,7 @@ def register_worker(
         "heartbeat_at": at,
         "stopping": False,
     }
-    with transaction.atomic():
+    with atomic():
         node = WorkerNode.objects.select_for_update().filter(id=worker_id).first()
         if node is not None and node.heartbeat_at >= stale_before and not node.stopping:
             return False
@@ -104,28 +116,45 @@ def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
 def reset_connection_after_error() -> None:
     """Drop this thread's connection if an error left it unusable (only after errors:
     a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says)."""
+    connection = db()
     if connection.in_atomic_block or connection.connection is None:
         return  # no connection yet, or the caller's transaction decides
     if not connection.is_usable():
         connection.close()  # the next query reconnects
 
 
-def open_listener(channel: str, alias: str = "default"):
-    """A dedicated autocommit psycopg connection that LISTENs on ``channel``.
+# Listen for the NOTIFYs of ``notify_due`` (PostgreSQL). The channel is quoted as an
+# identifier by the backend's own quoting.
+LISTEN = "LISTEN {channel}"
 
-    It is not Django's connection: LISTEN must stay on one server session for as
-    long as the worker lives, which a pooler in transaction mode cannot promise.
+
+class Listener:
+    """A connection of its own that LISTENs on a channel for as long as a worker lives.
+
+    It is a second Django connection to the alias (``connections.create_connection``),
+    not the thread's: LISTEN must stay on one server session, which a pooler in
+    transaction mode cannot promise (use a direct alias: ``DURABLE["LISTEN_DATABASE"]``).
+    The LISTEN goes through Django's cursor; notifications are read with psycopg's
+    ``Connection.notifies()``.
     """
-    import psycopg
-    from psycopg import sql
 
-    params = connections[alias].get_connection_params()
-    for name in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(name, None)
-    listener = psycopg.connect(**params, autocommit=True)
-    try:
-        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-    except BaseException:
-        listener.close()
-        raise
-    return listener
+    def __init__(self, channel: str, alias: str):
+        self.connection = connections.create_connection(alias)
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute(LISTEN.format(channel=self.connection.ops.quote_name(channel)))
+        except BaseException:
+            self.connection.close()
+            raise
+
+    def notifies(self, timeout: float, stop_after: int | None = None):
+        """The notifications that arrive within ``timeout`` seconds (at most
+        ``stop_after`` of them)."""
+        return self.connection.connection.notifies(timeout=timeout, stop_after=stop_after)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def open_listener(channel: str, alias: str = "default") -> Listener:
+    return Listener(channel, alias)

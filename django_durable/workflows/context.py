@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_durable import conf, store
+from django_durable import state as run_state
 from django_durable.exceptions import Cancelled
 from django_durable.workflows.durations import as_timedelta
 
@@ -28,10 +29,6 @@ class Suspend(Exception):
     name: str | None
     until: datetime | None
     timeout_value: Any = None
-
-
-def event_slot(kind: str, name: str) -> str:
-    return f"{kind}:{name}"
 
 
 def check_json(value: Any, what: str) -> Any:
@@ -153,8 +150,8 @@ class Context:
         done, value = self._next_wait()
         if done:
             return value
-        received = (self._run.state or {}).get("received", {})
-        slot = event_slot(kind, name)
+        received = run_state.received(self._run.state)
+        slot = run_state.event_slot(kind, name)
         if slot in received:
             self._waits.append(received[slot])
             return received[slot]

@@ -1,0 +1,82 @@
+"""The store's named statements agree with the models, and every statement reaches
+Django's cursor: what an APM or the debug toolbar hooks sees each one."""
+
+from datetime import timedelta
+
+import pytest
+from django.db.backends.utils import CursorWrapper
+
+import django_durable as durable
+from django_durable import store
+from django_durable.models import Run
+from django_durable.store import claims, starts
+from tests.helpers import run_claimed
+from tests.testapp.workflows import Noop, SyncAccount
+
+
+def test_the_statements_name_every_column_of_the_runs_table():
+    columns = tuple(field.column for field in Run._meta.concrete_fields)
+    assert columns == starts.RUN_COLUMNS
+    attnames = tuple(field.attname for field in Run._meta.concrete_fields)
+    assert attnames == claims.CLAIMED_COLUMNS
+    for statement in (starts.INSERT_RUN, starts.INSERT_OR_GET_HOLDER, starts.HAND_OFF):
+        for column in columns:
+            assert f"%({column})s" in statement, (column, statement[:60])
+
+
+def test_the_holder_columns_are_those_a_holder_is_read_with():
+    from django_durable.store import holders
+
+    assert set(starts.HOLDER_ATTNAMES) == {*holders.HOLDER_FIELDS, "queue"}
+    model_order = [f.attname for f in Run._meta.concrete_fields]
+    assert list(starts.HOLDER_ATTNAMES) == [a for a in model_order if a in starts.HOLDER_ATTNAMES]
+
+
+class ClassLevelHook:
+    """Counts statements the way Sentry and many APMs do: by replacing
+    ``CursorWrapper.execute`` on the class (not with ``execute_wrapper``)."""
+
+    def __init__(self, monkeypatch):
+        self.seen: list[str] = []
+        original = CursorWrapper.execute
+
+        def execute(cursor, sql, params=None):
+            self.seen.append(sql)
+            return original(cursor, sql, params)
+
+        monkeypatch.setattr(CursorWrapper, "execute", execute)
+
+    def count(self, fn) -> int:
+        before = len(self.seen)
+        fn()
+        return len(self.seen) - before
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, settings):
+    """With DEBUG off, each hot path's statements all pass through Django's cursor:
+    as many as tests/test_round_trips.py pins."""
+    settings.DEBUG = False
+    hook = ClassLevelHook(monkeypatch)
+    holder = []
+    assert hook.count(lambda: holder.append(durable.start(SyncAccount, key="acct:apm"))) == 1
+    assert hook.count(lambda: durable.start(SyncAccount, {"n": 2}, key="acct:apm")) == 1
+    noop_id = durable.start(Noop)
+    claimed = []
+    claim = lambda: claimed.extend(  # noqa: E731
+        store.claim(worker_id="apm", queues=None, limit=10, lease=LEASE)
+    )
+    assert hook.count(claim) == 1
+    runs = {run.id: run for run in claimed}
+    assert hook.count(lambda: run_claimed(runs[noop_id])) == 2  # a record per step
+    run_claimed(runs[holder[0]])  # it completes and keeps the key until a start takes it
+    result = []
+    handoff = lambda: result.append(  # noqa: E731
+        durable.start_detailed(SyncAccount, key="acct:apm")
+    )
+    assert hook.count(handoff) == 2  # the look, then the hand-off
+    assert result[0].outcome == "handed_off"
+
+
+LEASE = timedelta(seconds=30)
