@@ -62,12 +62,13 @@ def test_the_start_path_uses_the_one_holder_per_key_index(seeded):
     durable.start("sync_account", {}, key="account:new")
     statements = captured(lambda: durable.start("sync_account", {}, key="account:new"))
 
-    # One statement inserts or, when the key is taken, reads the holder.
-    [start] = [s for s in statements if s.lstrip().startswith("WITH new AS")]
-    plan = explain(start)
+    # The insert meets the taken key; the next statement reads the holder.
+    [insert] = [s for s in statements if s.lstrip().startswith("INSERT INTO durable_run")]
+    [holder] = [s for s in statements if s.lstrip().startswith("WITH holder AS")]
     # Without a conflict target every unique index arbitrates: a probe, never a scan;
     # the holder is read through the partial unique index.
-    assert "Conflict Resolution: NOTHING" in plan, plan
+    assert "Conflict Resolution: NOTHING" in explain(insert)
+    plan = explain(holder)
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -151,7 +152,7 @@ def generic_plan_of(fn, starting: str) -> str:
 def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
     durable.start("sync_account", {}, key="account:generic")
     plan = generic_plan_of(
-        lambda: durable.start("sync_account", {}, key="account:generic"), "WITH new AS"
+        lambda: durable.start("sync_account", {}, key="account:generic"), "WITH holder AS"
     )
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
@@ -199,7 +200,7 @@ def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
         for n in range(SEEDED)
     )
     plan = generic_plan_of(
-        lambda: durable.start("sync_account", {}, key="account:7"), "WITH new AS"
+        lambda: durable.start("sync_account", {}, key="account:7"), "WITH holder AS"
     )
     # An index that starts with (workflow, key): the unique one, or, while the
     # statistics say holders are rare, the index of every keyed run, which reads

@@ -19,7 +19,7 @@ def test_the_statements_name_every_column_of_the_runs_table():
     assert columns == starts.RUN_COLUMNS
     attnames = tuple(field.attname for field in Run._meta.concrete_fields)
     assert attnames == claims.CLAIMED_COLUMNS
-    for statement in (starts.INSERT_RUN, starts.INSERT_OR_GET_HOLDER, starts.HAND_OFF):
+    for statement in (starts.INSERT_RUN, starts.INSERT_RUN_AND_WAKE, starts.HAND_OFF):
         for column in columns:
             assert f"%({column})s" in statement, (column, statement[:60])
 
@@ -61,7 +61,7 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
     hook = ClassLevelHook(monkeypatch)
     holder = []
     assert hook.count(lambda: holder.append(durable.start(SyncAccount, key="acct:apm"))) == 1
-    assert hook.count(lambda: durable.start(SyncAccount, {"n": 2}, key="acct:apm")) == 1
+    assert hook.count(lambda: durable.start(SyncAccount, {"n": 2}, key="acct:apm")) == 2
     noop_id = durable.start(Noop)
     claimed = []
     claim = lambda: claimed.extend(  # noqa: E731
@@ -75,7 +75,7 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
     handoff = lambda: result.append(  # noqa: E731
         durable.start_detailed(SyncAccount, key="acct:apm")
     )
-    assert hook.count(handoff) == 2  # the look, then the hand-off
+    assert hook.count(handoff) == 3  # the insert meets the key, the holder, the hand-off
     assert result[0].outcome == "handed_off"
 
 

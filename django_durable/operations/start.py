@@ -112,14 +112,14 @@ def start_run(
     """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
     if key is None:
         run = _new_run(workflow, payload, None, **fields)
+        # One statement (INSERT and NOTIFY), atomic on its own; inside the caller's
+        # transaction, in a savepoint that keeps that transaction usable whatever happens.
         if store.in_autocommit():
-            # One statement (INSERT and NOTIFY), atomic on its own: no BEGIN/COMMIT.
             store.insert_or_get_holder(run)  # no key: always inserted
-            _announce_new_run(workflow, run, notify=False)
         else:
             with store.atomic():
-                store.create_run(run)
-                _announce_new_run(workflow, run)
+                store.insert_or_get_holder(run)
+        _announce_new_run(workflow, run, notify=False)
         return StartResult(run.id, "started")
 
     answer = (

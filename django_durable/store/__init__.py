@@ -80,7 +80,6 @@ from django_durable.store.schedules import (
 from django_durable.store.starts import (
     DuplicateNote,
     InsertOrHolder,
-    create_run,
     hand_off,
     insert_or_get_holder,
     insert_run,
@@ -118,7 +117,6 @@ __all__ = [
     "cancel_run",
     "cancel_runs",
     "claim",
-    "create_run",
     "current_status",
     "db",
     "deliver",

@@ -31,14 +31,13 @@ from django_durable.store.holders import get_holder, release_key
 __all__ = [
     "DuplicateNote",
     "InsertOrHolder",
-    "create_run",
     "hand_off",
     "insert_or_get_holder",
     "insert_run",
     "record_activity",
 ]
 
-# Every column of ``durable_run``, in the model's order; the statements below name
+# Every column of ``durable_run``, in the model's order; the INSERTs below name
 # them all (tests/test_statements.py checks this list against the model).
 RUN_COLUMNS = (
     "id",
@@ -85,39 +84,39 @@ ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# A start in one statement (PostgreSQL), atomic on its own:
-# - ``new``: INSERT_RUN; a taken key makes it insert nothing;
-# - ``holder``: then the key's holder, through durable_run_one_holder_per_key. It is
-#   read with the statement's snapshot, so a holder that committed while the insert
-#   waited on it is not seen: no row comes back, and the caller asks again;
-# - ``noted``: the duplicate's activity row, written only when the holder is in a
-#   state in which the start just answers (``answers``: 'status:picked_up' strings,
-#   from keys.holder_answers; empty when the caller records the duplicate itself);
-# - the NOTIFY that wakes an idle worker when the new run is due now (``wake``).
-# One row comes back: the new run's, or the holder's with whether ``noted`` wrote.
-INSERT_OR_GET_HOLDER = """
-WITH new AS (
-    INSERT INTO durable_run (
-        id, workflow, queue, status, input, context, result, error, "key", holds_key,
-        runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
-        waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
-        finished_at
-    ) VALUES (
-        %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
-        %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
-        %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
-        %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
-        %(started_at)s, %(finished_at)s
-    )
-    ON CONFLICT DO NOTHING
-    RETURNING id
-),
-holder AS (
+# INSERT_RUN on PostgreSQL, waking an idle worker when the new run is due now
+# (%(wake)s): the NOTIFY is in RETURNING, so it is sent only if the row went in,
+# and delivered at commit. A plain INSERT is the cheapest statement to plan, which
+# matters more than anything else here for a start of a new key (the usual one).
+INSERT_RUN_AND_WAKE = """
+INSERT INTO durable_run (
+    id, workflow, queue, status, input, context, result, error, "key", holds_key,
+    runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
+    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at, finished_at
+) VALUES (
+    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
+    %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
+    %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
+    %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
+    %(started_at)s, %(finished_at)s
+)
+ON CONFLICT DO NOTHING
+RETURNING id,
+    CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END
+"""
+
+# The holder of a key that an insert found taken, and the duplicate's activity row
+# (PostgreSQL), in one statement. ``holder`` reads it through the unique index
+# durable_run_one_holder_per_key (no row: it finished and let the key go since);
+# ``noted`` records the duplicate only when the holder is in a state in which the
+# start just answers (%(answers)s: 'status:picked_up' strings, from
+# keys.holder_answers; empty when the caller records the duplicate itself).
+HOLDER_AND_NOTE = """
+WITH holder AS (
     SELECT id, workflow, queue, status, input, "key", holds_key, due_at, debounce_deadline,
            started_at
     FROM durable_run
     WHERE workflow = %(workflow)s AND "key" = %(key)s AND holds_key
-      AND NOT EXISTS (SELECT 1 FROM new)
 ),
 noted AS (
     INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
@@ -125,24 +124,17 @@ noted AS (
            jsonb_build_object(
                'key', holder.key, 'workflow', holder.workflow,
                'outcome', %(outcome)s::text,
-               'input_changed', holder.input IS DISTINCT FROM %(dup_input)s::jsonb,
-               'input', %(dup_input)s::jsonb),
+               'input_changed', holder.input IS DISTINCT FROM %(input)s::jsonb,
+               'input', %(input)s::jsonb),
            %(created_at)s
     FROM holder
     WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text
           = ANY (%(answers)s::text[])
     RETURNING 1
 )
-SELECT true,
-       CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END,
-       new.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       false, NULL::boolean
-FROM new
-UNION ALL
-SELECT false, false,
-       holder.id, holder.workflow, holder.queue, holder.status, holder.input, holder.key,
+SELECT holder.id, holder.workflow, holder.queue, holder.status, holder.input, holder.key,
        holder.holds_key, holder.due_at, holder.debounce_deadline, holder.started_at,
-       EXISTS (SELECT 1 FROM noted), holder.input IS DISTINCT FROM %(dup_input)s::jsonb
+       EXISTS (SELECT 1 FROM noted), holder.input IS DISTINCT FROM %(input)s::jsonb
 FROM holder
 """
 
@@ -190,7 +182,7 @@ SELECT CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL E
 FROM new
 """
 
-# The holder columns INSERT_OR_GET_HOLDER returns, in the model's field order (the
+# The holder columns HOLDER_AND_NOTE returns, in the model's field order (the
 # fields holders.get_holder reads).
 HOLDER_ATTNAMES = (
     "id",
@@ -252,18 +244,13 @@ def insert_run(run: Run) -> bool:
     return inserted
 
 
-def create_run(run: Run) -> None:
-    """Insert a run that cannot meet a key constraint (no key)."""
-    run.save(force_insert=True, using=db().alias)
-
-
 def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
-    On PostgreSQL one statement (INSERT_OR_GET_HOLDER): with ``note``, it also
-    records the duplicate when the holder answers it, and it wakes a worker.
-    Elsewhere INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the
-    duplicate itself.
+    On PostgreSQL: INSERT_RUN_AND_WAKE (it also wakes a worker), then, only if the
+    key was taken, HOLDER_AND_NOTE, which with ``note`` also records the duplicate
+    when the holder answers it. Elsewhere INSERT_RUN then ``get_holder``, no NOTIFY,
+    and the caller records the duplicate itself.
     """
     if not is_postgres():
         if insert_run(run):
@@ -272,18 +259,21 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
         return InsertOrHolder(False, holder)
     params = _run_params(run)
     params.update(_wake(run))
-    if note is not None:
-        answers = [f"{status}:{str(picked).lower()}" for status, picked in note.holder_states]
-        params.update(outcome=note.outcome, dup_input=as_json(note.input), answers=answers)
-    else:
-        params.update(outcome=None, dup_input=None, answers=[])
-    row = fetchone(INSERT_OR_GET_HOLDER, params)
-    if row is None:
-        return InsertOrHolder(False)
-    if row[0]:
+    if fetchone(INSERT_RUN_AND_WAKE, params) is not None:
         _inserted(run)
         return InsertOrHolder(True)
-    holder = from_row(Run, HOLDER_ATTNAMES, row[2:-2])
+    if run.key is None:
+        return InsertOrHolder(False)
+    looked_up = {"workflow": run.workflow, "key": run.key, "created_at": now()}
+    if note is not None:
+        answers = [f"{status}:{str(picked).lower()}" for status, picked in note.holder_states]
+        looked_up.update(outcome=note.outcome, input=as_json(note.input), answers=answers)
+    else:
+        looked_up.update(outcome=None, input=as_json(run.input), answers=[])
+    row = fetchone(HOLDER_AND_NOTE, looked_up)
+    if row is None:
+        return InsertOrHolder(False)
+    holder = from_row(Run, HOLDER_ATTNAMES, row[:-2])
     return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
 
 
