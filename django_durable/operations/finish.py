@@ -86,13 +86,6 @@ def cancel_runs(ids, reason: str) -> list[uuid.UUID]:
     return cancelled
 
 
-def cancel_descendants(parent_id: uuid.UUID) -> None:
-    """A cancelled parent's children, and theirs, are cancelled and announced."""
-    children = store.active_children(parent_id)
-    if children:
-        cancel_runs(children, "its parent run was cancelled")
-
-
 def promote_waiting(workflow_name: str, key: str) -> None:
     """If a ``run_again`` run waits behind a key whose holder has finished, move it on.
 

@@ -216,12 +216,6 @@ class Workflow:
         _check_definition(cls)
         registry.register(cls)
 
-    def step_named(self, name: str) -> StepDef:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise LookupError(f"{self.name} has no step {name!r}")
-
 
 def _collect_steps(cls: type) -> list[StepDef]:
     """Steps in definition order, base classes first; a subclass may override one."""
