@@ -50,6 +50,17 @@ __all__ = [
     "ParallelFailed",
     "StartResult",
     "Workflow",
+    "acancel",
+    "aexplain",
+    "aget_run",
+    "aprovide_input",
+    "arelease_key",
+    "arerun",
+    "aretry",
+    "asend_event",
+    "astart",
+    "astart_detailed",
+    "astart_many",
     "cancel",
     "days",
     "disable_schedule",
@@ -76,6 +87,19 @@ __all__ = [
 # The operations need the models, so they load when first used, once Django's apps
 # are ready; type checkers see them imported here.
 if TYPE_CHECKING:
+    from django_durable.operations.asynchronous import (
+        acancel,
+        aexplain,
+        aget_run,
+        aprovide_input,
+        arelease_key,
+        arerun,
+        aretry,
+        asend_event,
+        astart,
+        astart_detailed,
+        astart_many,
+    )
     from django_durable.operations.children import parallel
     from django_durable.operations.prune import prune
     from django_durable.operations.runs import (
@@ -97,6 +121,22 @@ if TYPE_CHECKING:
     from django_durable.operations.start import StartResult, start, start_detailed
 
 _LAZY = {
+    **dict.fromkeys(
+        [
+            "acancel",
+            "aexplain",
+            "aget_run",
+            "aprovide_input",
+            "arelease_key",
+            "arerun",
+            "aretry",
+            "asend_event",
+            "astart",
+            "astart_detailed",
+            "astart_many",
+        ],
+        "django_durable.operations.asynchronous",
+    ),
     "parallel": "django_durable.operations.children",
     "prune": "django_durable.operations.prune",
     **dict.fromkeys(

@@ -1,0 +1,120 @@
+"""The async face of the public API: ``astart``, ``aget_run``, ``acancel``...
+
+Every operation talks to the database through Django's ORM, which is synchronous,
+so each ``a*`` function runs its synchronous twin with asgiref's
+``sync_to_async(thread_sensitive=True)``, the way Django itself runs ORM work for
+async code: all of them share the one thread that owns the request's connection,
+so an async view never opens a connection per call and never touches the
+database from the event loop.
+
+Each awaited call is its own unit of work: it commits (or raises) before it
+returns. ``transaction.atomic()`` can't wrap an ``await`` (it belongs to a thread,
+and the event loop isn't it); to start a run together with other writes, put
+them in one synchronous function and await that with ``sync_to_async``
+(docs/async.md).
+
+``start_many`` and ``explain`` are looked up on the package at call time, so
+these wrappers follow whatever ``django_durable`` exports.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+import django_durable
+from django_durable.models import Run
+from django_durable.operations import runs
+from django_durable.operations import start as starting
+
+__all__ = [
+    "acancel",
+    "aexplain",
+    "aget_run",
+    "aprovide_input",
+    "arelease_key",
+    "arerun",
+    "aretry",
+    "asend_event",
+    "astart",
+    "astart_detailed",
+    "astart_many",
+]
+
+
+def _in_sync_thread(fn):
+    return sync_to_async(fn, thread_sensitive=True)
+
+
+async def astart(workflow: Any, input: dict | None = None, **options: Any) -> uuid.UUID:
+    """``start()`` for async code; the same arguments (``key=``, ``on_duplicate=``...)."""
+    return await _in_sync_thread(starting.start)(workflow, input, **options)
+
+
+async def astart_detailed(
+    workflow: Any, input: dict | None = None, **options: Any
+) -> starting.StartResult:
+    """``start_detailed()`` for async code."""
+    return await _in_sync_thread(starting.start_detailed)(workflow, input, **options)
+
+
+async def astart_many(
+    workflow: Any, items: Iterable[tuple[dict | None, str | None]], **options: Any
+) -> list[starting.StartResult]:
+    """``start_many()`` for async code. ``items`` is read in the sync thread too."""
+    return await _in_sync_thread(_public("start_many"))(workflow, items, **options)
+
+
+async def aexplain(workflow: Any, input: dict | None = None, **options: Any) -> Any:
+    """``explain()`` for async code: what a start would do now, writing nothing."""
+    return await _in_sync_thread(_public("explain"))(workflow, input, **options)
+
+
+async def aretry(run_id: uuid.UUID | str) -> uuid.UUID:
+    """``retry()`` for async code."""
+    return await _in_sync_thread(runs.retry)(run_id)
+
+
+async def arerun(run_id: uuid.UUID | str) -> uuid.UUID:
+    """``rerun()`` for async code."""
+    return await _in_sync_thread(runs.rerun)(run_id)
+
+
+async def arelease_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
+    """``release_key()`` for async code."""
+    await _in_sync_thread(runs.release_key)(run_id, by=by)
+
+
+async def acancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
+    """``cancel()`` for async code."""
+    await _in_sync_thread(runs.cancel)(run_id, reason=reason)
+
+
+async def asend_event(
+    run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False
+) -> None:
+    """``send_event()`` for async code."""
+    await _in_sync_thread(runs.send_event)(run_id, name, payload, buffer=buffer)
+
+
+async def aprovide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
+    """``provide_input()`` for async code."""
+    await _in_sync_thread(runs.provide_input)(run_id, name, value)
+
+
+async def aget_run(run_id: uuid.UUID | str) -> Run:
+    """``get_run()`` for async code; ``Run.DoesNotExist`` if there is none."""
+    return await _in_sync_thread(runs.get_run)(run_id)
+
+
+def _public(name: str):
+    """The package's public ``name``; a clear error while this version lacks it."""
+    try:
+        return getattr(django_durable, name)
+    except AttributeError:
+        raise NotImplementedError(
+            f"django_durable.{name} is not available in this version, so a{name} isn't either"
+        ) from None
