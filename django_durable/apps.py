@@ -1,4 +1,9 @@
+from importlib import import_module
+
 from django.apps import AppConfig
+from django.conf import settings
+
+TASKS_BACKEND = "django_durable.tasks.DurableBackend"
 
 
 class DurableConfig(AppConfig):
@@ -16,6 +21,11 @@ class DurableConfig(AppConfig):
         telemetry.install()  # OpenTelemetry receivers; a no-op without opentelemetry-api
 
         autodiscover_modules("workflows")
+
+        # With the Tasks backend configured, a worker finds task workflows by name.
+        backends = (getattr(settings, "TASKS", None) or {}).values()
+        if any(backend.get("BACKEND") == TASKS_BACKEND for backend in backends):
+            import_module("django_durable.tasks")
 
         # Declared schedules (``schedules = [Cron(...)]``) become rows after migrate.
         from django.db.models.signals import post_migrate

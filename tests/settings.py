@@ -95,3 +95,6 @@ for _setting, _variable in [
 ]:
     if os.environ.get(_variable):
         DURABLE[_setting] = timedelta(seconds=float(os.environ[_variable]))
+
+# Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2).
+TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}

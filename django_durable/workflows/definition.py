@@ -131,6 +131,13 @@ class Registry:
 
     def __init__(self):
         self._by_name: dict[str, type[Workflow]] = {}
+        self._finders: list[Callable[[str], object]] = []
+
+    def add_finder(self, finder: Callable[[str], object]) -> None:
+        """Call ``finder(name)`` for a name nobody registered yet, so it can import the
+        module that defines it (the tasks backend's workflows live with their tasks)."""
+        if finder not in self._finders:
+            self._finders.append(finder)
 
     def register(self, workflow: type[Workflow]) -> None:
         existing = self._by_name.get(workflow.name)
@@ -145,6 +152,9 @@ class Registry:
         self._by_name.pop(name, None)
 
     def get(self, name: str) -> type[Workflow]:
+        if name not in self._by_name:
+            for finder in self._finders:
+                finder(name)
         try:
             return self._by_name[name]
         except KeyError:
