@@ -44,6 +44,12 @@ from django_durable.store.compensations import (
     record_compensation_failed,
     recover_expired_compensations,
 )
+from django_durable.store.diagnostics import (
+    connection_limits,
+    database_clock,
+    listening_sessions,
+    notify_round_trip,
+)
 from django_durable.store.holders import (
     active_children,
     cancel_run,
@@ -117,7 +123,9 @@ __all__ = [
     "cancel_run",
     "cancel_runs",
     "claim",
+    "connection_limits",
     "current_status",
+    "database_clock",
     "db",
     "deliver",
     "forget_dead_workers",
@@ -130,11 +138,13 @@ __all__ = [
     "insert_or_get_holder",
     "insert_run",
     "is_postgres",
+    "listening_sessions",
     "lock_due_schedules",
     "lock_owned_state",
     "move_waiting_behind",
     "next_due_at",
     "notify_due",
+    "notify_round_trip",
     "notify_runs_due",
     "now",
     "open_listener",

@@ -1,0 +1,113 @@
+"""What every subcommand shares: the exit statuses, argument types, tables and JSON."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, ValidationError
+from django.core.management import CommandError
+from django.core.management.base import CommandParser, OutputWrapper
+from django.core.serializers.json import DjangoJSONEncoder
+
+import django_durable as durable
+
+REFUSED = 1
+BAD_USAGE = 2
+
+
+class UsageParser(CommandParser):
+    """Subcommand parser: bad usage exits 2, also under ``call_command()``."""
+
+    def error(self, message):
+        if self.called_from_command_line:
+            super().error(message)  # argparse: usage on stderr, exit status 2
+        raise CommandError(f"Error: {message}", returncode=BAD_USAGE)
+
+
+def refused(message: str) -> CommandError:
+    return CommandError(message, returncode=REFUSED)
+
+
+def bad_usage(message: str) -> CommandError:
+    return CommandError(message, returncode=BAD_USAGE)
+
+
+def run_id(value: str) -> uuid.UUID:
+    """argparse type of a RUN_ID argument."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ValueError(f"not a run id: {value!r}") from None
+
+
+def json_value(value: str) -> Any:
+    """argparse type of a JSON argument."""
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc}): {value!r}") from None
+
+
+# argparse names the type in its message ("invalid run id value: 'x'").
+run_id.__name__ = "run id"
+json_value.__name__ = "JSON"
+
+
+@contextmanager
+def answering() -> Iterator[None]:
+    """Turn the API's refusals into exit status 1 and its bad-input errors into 2."""
+    try:
+        yield
+    except durable.KeyTaken as exc:
+        raise refused(f"{exc} (holder: {exc.holder_id})") from exc
+    except durable.DurableError as exc:
+        raise refused(f"{type(exc).__name__}: {exc}") from exc
+    except ObjectDoesNotExist as exc:
+        raise refused(f"not found: {exc}") from exc
+    except (TypeError, ValueError, LookupError) as exc:
+        raise bad_usage(str(exc)) from exc
+    except ValidationError as exc:
+        raise bad_usage("; ".join(exc.messages)) from exc
+
+
+def public(name: str) -> Callable:
+    """``durable.<name>``, or a refusal naming it while this version lacks it."""
+    try:
+        return getattr(durable, name)
+    except AttributeError:
+        raise refused(f"durable.{name} is not available in this version") from None
+
+
+def emit_json(out: OutputWrapper, value: Any) -> None:
+    out.write(json.dumps(value, cls=DjangoJSONEncoder, indent=2, sort_keys=True))
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dict | list):
+        return json.dumps(value, cls=DjangoJSONEncoder)
+    return str(value)
+
+
+def table(out: OutputWrapper, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """Rows as aligned columns, headed by the column names."""
+    texts = [[cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]
+    out.write("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for text in texts:
+        out.write("  ".join(t.ljust(w) for t, w in zip(text, widths, strict=True)).rstrip())
+
+
+def pairs(out: OutputWrapper, values: dict) -> None:
+    """``name: value`` lines, names aligned."""
+    width = max(len(name) for name in values)
+    for name, value in values.items():
+        out.write(f"{name.ljust(width)}  {cell(value)}")

@@ -1,0 +1,47 @@
+"""Subcommands about queues: queues, pause, resume."""
+
+from __future__ import annotations
+
+from django_durable.cli.base import answering, emit_json, public, table
+
+COLUMNS = ("queue", "paused", "pending", "due", "running", "waiting", "oldest_due_seconds")
+
+
+def add_parsers(commands) -> None:
+    p = commands.add_parser("queues", help="each queue's runs and whether it is paused")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=queues)
+
+    p = commands.add_parser("pause", help="stop claiming a queue's runs")
+    p.add_argument("queue", metavar="QUEUE")
+    p.set_defaults(handler=pause)
+
+    p = commands.add_parser("resume", help="claim a paused queue's runs again")
+    p.add_argument("queue", metavar="QUEUE")
+    p.set_defaults(handler=resume)
+
+
+def queues(options, out, err) -> None:
+    queue_stats = public("queue_stats")
+    with answering():
+        rows = queue_stats()
+    if options["json"]:
+        emit_json(out, rows)
+    elif rows:
+        table(out, rows, COLUMNS)
+    else:
+        err.write("no queues yet")
+
+
+def pause(options, out, err) -> None:
+    pause_queue = public("pause_queue")
+    with answering():
+        pause_queue(options["queue"])
+    out.write(f"queue {options['queue']!r} paused")
+
+
+def resume(options, out, err) -> None:
+    resume_queue = public("resume_queue")
+    with answering():
+        resume_queue(options["queue"])
+    out.write(f"queue {options['queue']!r} resumed")
