@@ -67,7 +67,14 @@ def migrations() -> Finding:
     """Migrations not applied yet, of any app (``migrate --check --plan``)."""
     out = io.StringIO()
     try:
-        call_command("migrate", plan=True, check_unapplied=True, skip_checks=True, stdout=out)
+        call_command(
+            "migrate",
+            database=store.alias(),
+            plan=True,
+            check_unapplied=True,
+            skip_checks=True,
+            stdout=out,
+        )
     except SystemExit:
         pending = [
             line.strip()
