@@ -226,7 +226,7 @@ def pool() -> list[Finding]:
         allowed, in_use = limits
         needed = sum(w.concurrency + WORKER_EXTRA_CONNECTIONS for w in alive)
         data = {"allowed": allowed, "in_use": in_use, "workers_need": needed}
-        if needed > allowed or in_use >= allowed * 0.9:
+        if needed > allowed or in_use >= allowed:
             findings.append(
                 Finding(
                     "pool",
