@@ -78,6 +78,12 @@ def check_settings(app_configs=None, **kwargs):
                 id="django_durable.E011",
             )
         )
+    for name in ("STEP_LOG_RECORDS", "STEP_LOG_BYTES"):
+        value = values[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            errors.append(
+                Error(f"DURABLE[{name!r}] must be a whole number >= 0.", id="django_durable.E014")
+            )
     return errors
 
 

@@ -34,6 +34,10 @@ DEFAULTS: dict[str, Any] = {
     # The DATABASES alias workers LISTEN through, on a dedicated connection (it must
     # reach the same database directly or through a session-mode pooler); None: poll only.
     "LISTEN_DATABASE": "default",
+    # What one step attempt keeps of the records it logged (docs/observability.md):
+    # at most this many records (0: keep none) and this many bytes of JSON.
+    "STEP_LOG_RECORDS": 200,
+    "STEP_LOG_BYTES": 64 * 1024,
 }
 
 

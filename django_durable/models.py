@@ -114,6 +114,11 @@ class Run(models.Model):
 
     objects = DurableManager()
 
+    # Not a column: the log records of the step attempt about to be recorded, set
+    # by ``runtime.calling`` after each call and read by the store when it writes
+    # the attempt (like ``lease_lost``, which the worker's heartbeat sets).
+    attempt_logs: list | None = None
+
     class Meta:
         db_table = "durable_run"
         ordering = ["-created_at"]
@@ -248,6 +253,8 @@ class StepAttempt(models.Model):
     status = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    # What the attempt logged (``runtime.steplogs``): a list of records, bounded.
+    logs = models.JSONField(null=True, blank=True)
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     started_at = models.DateTimeField(default=now)
     finished_at = models.DateTimeField(null=True, blank=True)

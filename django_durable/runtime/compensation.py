@@ -25,6 +25,7 @@ from django_durable import store
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.operations import finish
+from django_durable.runtime import calling
 from django_durable.runtime.errors import describe_error
 from django_durable.workflows.context import Context, Suspend, check_json
 from django_durable.workflows.definition import Workflow
@@ -80,7 +81,7 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         ctx = Context(run, waits=[])
         executed += 1
         try:
-            output = _call(instance, step.compensate, ctx)
+            output = _call(run, instance, step.compensate, ctx)
         except (Cancelled, store.LeaseLost):
             return executed  # the run is no longer ours
         except Exception as exc:
@@ -98,9 +99,9 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
             return executed
 
 
-def _call(instance: Workflow, method_name: str, ctx: Context) -> Any:
+def _call(run: Run, instance: Workflow, method_name: str, ctx: Context) -> Any:
     try:
-        output = getattr(instance, method_name)(ctx)
+        output = calling.call(run, getattr(instance, method_name), ctx)
     except Suspend:
         raise RuntimeError(
             f"compensation {method_name} tried to wait; compensations cannot sleep, wait "

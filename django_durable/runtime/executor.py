@@ -14,7 +14,7 @@ from django_durable import store
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
-from django_durable.runtime import compensation
+from django_durable.runtime import calling, compensation
 from django_durable.runtime.errors import describe_error
 from django_durable.workflows.context import (
     Context,
@@ -65,7 +65,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
         executed += 1
         try:
             with children.current_step(ctx):
-                output = step(instance, ctx)
+                output = calling.call(run, step, instance, ctx)
             check_json(output, f"the return value of step {step.name}")
         except Suspend as wait:
             try:

@@ -173,5 +173,6 @@ def attempt_of(run: Run, step_name: str, status: str, started_at: datetime, **fi
         worker_id=run.worker_id,
         started_at=started_at,
         finished_at=now(),
+        logs=run.attempt_logs,
         **fields,
     )

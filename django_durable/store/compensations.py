@@ -46,6 +46,7 @@ def _compensation_attempt(run: Run, index: int, name: str, status: str, started_
         worker_id=run.worker_id,
         started_at=started_at,
         finished_at=now(),
+        logs=run.attempt_logs,
         **fields,
     )
 

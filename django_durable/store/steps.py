@@ -42,12 +42,12 @@ __all__ = [
 # target columns.
 _INSERT_ATTEMPT = """
 INSERT INTO durable_step_attempt (
-    run_id, kind, step, step_index, attempt, status, output, error, worker_id,
+    run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
     started_at, finished_at
 )
 SELECT owned.id, 'step', %(step)s::varchar, %(step_index)s::integer, %(attempt)s::integer,
-       %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb, %(worker_id)s::varchar,
-       %(started_at)s::timestamptz, %(finished_at)s::timestamptz
+       %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb, %(logs)s::jsonb,
+       %(worker_id)s::varchar, %(started_at)s::timestamptz, %(finished_at)s::timestamptz
 FROM owned
 RETURNING id
 """
@@ -123,6 +123,7 @@ def _record(run: Run, statement: str, changes: dict[str, Any], attempt: StepAtte
             "outcome": attempt.status,
             "output": as_json(attempt.output),
             "error": as_json(attempt.error),
+            "logs": as_json(attempt.logs),
             "worker_id": attempt.worker_id,
             "started_at": attempt.started_at,
             "finished_at": attempt.finished_at,

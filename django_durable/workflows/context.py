@@ -18,6 +18,7 @@ from typing import Any
 from django_durable import conf, store
 from django_durable import state as run_state
 from django_durable.exceptions import Cancelled
+from django_durable.workflows.async_context import AsyncContextMethods, refuse_in_event_loop
 from django_durable.workflows.durations import as_timedelta
 
 
@@ -39,8 +40,9 @@ def check_json(value: Any, what: str) -> Any:
     return value
 
 
-class Context:
-    """What a step sees of its run. One is made for each execution of a step."""
+class Context(AsyncContextMethods):
+    """What a step sees of its run. One is made for each execution of a step.
+    An ``async def`` step awaits ``aheartbeat``, ``acall_workflow``, ``aparallel``."""
 
     def __init__(self, run, *, waits: list[Any], children: Any = None):
         self._run = run
@@ -101,6 +103,7 @@ class Context:
         if getattr(self._run, "lease_lost", False):
             # The worker's own heartbeat already saw the cancel (or the loss).
             raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned")
+        refuse_in_event_loop("ctx.heartbeat()", "await ctx.aheartbeat()")
         try:
             store.renew_lease(self._run, conf.get("LEASE"))
         except store.LeaseLost:

@@ -313,3 +313,4 @@ class WorkerAwaitsEvent(Workflow):
 
 
 from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
+from .workflows_async import *  # noqa: E402, F401, F403  (async steps, step logs)
