@@ -312,5 +312,5 @@ class WorkerAwaitsEvent(Workflow):
         effect(ctx, "got", str(ctx.wait_for_event("go")))
 
 
-from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
 from .workflows_async import *  # noqa: E402, F401, F403  (async steps, step logs)
+from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)

@@ -107,7 +107,8 @@ class AsyncHeartbeating(Workflow):
             while loop.time() < deadline:
                 await ctx.aheartbeat()
                 await asyncio.sleep(0.05)
-        except durable.Cancelled:
+        except (durable.Cancelled, asyncio.CancelledError):
+            # aheartbeat raises Cancelled, or the worker cancels the task first.
             await aeffect(ctx, "long-cancelled")
             raise
         await aeffect(ctx, "long")
