@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.core.exceptions import SynchronousOnlyOperation
 
 import django_durable as durable
 from django_durable import step, store
@@ -248,3 +247,17 @@ def test_an_async_step_heartbeating_sees_the_cancel(running_worker, tmp_path):
     )
     assert [s for s, _ in effects(run_id)] == ["long-cancelled"]
     assert Run.objects.get(id=run_id).status == "cancelled"
+
+
+@pytest.mark.django_db
+def test_an_async_step_awaits_a_child_workflow_and_parallel_branches(define):
+    async def delegates(self, ctx):
+        child = await ctx.acall_workflow(Noop)
+        branches = await ctx.aparallel([Noop, Noop])
+        return {"child": child, "branches": branches}
+
+    run_id = durable.start(define("delegates", go=step(delegates)))
+    drain()
+    run = durable.get_run(run_id)
+    assert (run.status, run.result) == ("completed", {"child": 2, "branches": [2, 2]})
+    assert Run.objects.filter(parent_id=run_id, workflow="noop", status="completed").count() == 3
