@@ -151,7 +151,7 @@ def test_a_timeout_cancels_the_steps_task_and_its_finally_runs():
         finally:
             unwound.append(True)
 
-    with pytest.raises(TimeoutError):
+    with pytest.raises(calling.AttemptTimedOut):
         calling.call(Run(), slow, timeout=0.2)
     assert unwound == [True]
 

@@ -20,7 +20,7 @@ Cancellation: the worker's heartbeat thread flags a run it no longer owns
 at the flag every ``CANCEL_POLL`` seconds, cancels the step's task and raises
 ``Cancelled`` -- a step waiting in ``asyncio.sleep`` stops without calling
 ``aheartbeat``. ``timeout`` (seconds) cancels it the same way and raises
-``TimeoutError``. A sync step can only be stopped at its next ``ctx.heartbeat()``.
+``AttemptTimedOut``. A sync step can only be stopped at its next ``ctx.heartbeat()``.
 A step that catches ``asyncio.CancelledError`` and carries on keeps its worker
 thread until it returns; its result is not recorded.
 """
@@ -38,10 +38,16 @@ from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.runtime import steplogs
 
-__all__ = ["CANCEL_POLL", "call"]
+__all__ = ["CANCEL_POLL", "AttemptTimedOut", "call"]
 
 # How often the supervisor of an async step looks at the cancel flag (seconds).
 CANCEL_POLL = 0.05
+
+
+class AttemptTimedOut(TimeoutError):
+    """An async step ran past the ``timeout`` given to ``call()``: its task was
+    cancelled and its result will never be recorded. (Its own class, so a
+    ``TimeoutError`` the step raises itself is not mistaken for it.)"""
 
 
 def call(run: Run, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
@@ -84,7 +90,7 @@ async def _supervise(run: Run, awaitable: Awaitable[Any], timeout: float | None)
             raise Cancelled(f"run {run.id} was cancelled or is no longer owned")
         if deadline is not None and loop.time() >= deadline:
             await _cancel(task)
-            raise TimeoutError(f"the async step ran longer than {timeout:g}s")
+            raise AttemptTimedOut(f"the async step ran longer than {timeout:g}s")
 
 
 async def _cancel(task: asyncio.Future) -> None:
