@@ -9,12 +9,13 @@ from datetime import timedelta
 import pytest
 from django.core.checks import run_checks
 from django.template.loader import render_to_string
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import django_durable as durable
-from django_durable import step
+from django_durable import step, store
 from django_durable.models import Run, StepAttempt
-from django_durable.runtime import steplogs
+from django_durable.runtime import executor, steplogs
 from django_durable.runtime.worker import Worker
 from django_durable.testing import drain
 from tests.testapp.workflows import LogsEverywhere
@@ -236,3 +237,26 @@ def test_the_run_page_include_shows_the_records_escaped_and_the_marker(define):
     assert "durable-log-truncated" in html and "6 more record(s) not kept" in html
     attempt.logs = None
     assert render_to_string("django_durable/_attempt_logs.html", {"attempt": attempt}).strip() == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keeping_the_logs_costs_no_query(define):
+    """The records ride on the attempt's own INSERT (on PostgreSQL the one-statement
+    CTE of store/steps.py): a step that logs makes as many queries as one that doesn't."""
+
+    def silent(self, ctx):
+        return 1
+
+    def talks(self, ctx):
+        log.warning("one record")
+        return 1
+
+    counts = {}
+    for name, fn in [("silent_step", silent), ("talking_step", talks)]:
+        run_id = durable.start(define(name, go=step(fn)))
+        (run,) = store.claim(worker_id="counter", queues=None, limit=1, lease=timedelta(seconds=30))
+        with CaptureQueriesContext(store.db()) as queries:
+            assert executor.execute(run) == 1
+        counts[name] = len(queries)
+    assert messages(logs_of(run_id, "talks")) == ["one record"]
+    assert counts["silent_step"] == counts["talking_step"]
