@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from django_durable import conf
 from django_durable.conf import DEFAULTS
 
 DURATIONS = ("LEASE", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "SHUTDOWN_GRACE")
@@ -84,7 +85,16 @@ def check_settings(app_configs=None, **kwargs):
             errors.append(
                 Error(f"DURABLE[{name!r}] must be a whole number >= 0.", id="django_durable.E014")
             )
+    errors.extend(_queue_errors(values.get("QUEUES")))
     return errors
+
+
+def _queue_errors(queues) -> list[Error]:
+    """``DURABLE["QUEUES"]``: a dict of queue name -> options (``concurrency``)."""
+    if not isinstance(queues, dict):
+        return [Error("DURABLE['QUEUES'] must be a dict.", id="django_durable.E020")]
+    problems = (conf.queue_problem(name, options) for name, options in queues.items())
+    return [Error(problem, id="django_durable.E020") for problem in problems if problem]
 
 
 def sqlite_concurrency_warning(concurrency: int, vendor: str) -> list[Warning]:

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, Any] = {
     # The DATABASES alias of django-durable's tables: every read and write of them,
@@ -38,6 +39,9 @@ DEFAULTS: dict[str, Any] = {
     # at most this many records (0: keep none) and this many bytes of JSON.
     "STEP_LOG_RECORDS": 200,
     "STEP_LOG_BYTES": 64 * 1024,
+    # Per queue options, e.g. {"emails": {"concurrency": 5}}: at most that many runs of
+    # the queue run at once, across all workers (docs/queues.md).
+    "QUEUES": {},
 }
 
 
@@ -49,3 +53,32 @@ def durable_settings() -> dict[str, Any]:
 def get(name: str) -> Any:
     configured = getattr(settings, "DURABLE", None) or {}
     return configured[name] if name in configured else DEFAULTS[name]
+
+
+def queue_limits() -> dict[str, int]:
+    """The queues with a concurrency limit (``DURABLE["QUEUES"][name]["concurrency"]``),
+    name -> limit. A bad value raises ``ImproperlyConfigured`` (checks.py reports it
+    at startup as django_durable.E020)."""
+    limits = {}
+    for name, options in (get("QUEUES") or {}).items():
+        problem = queue_problem(name, options)
+        if problem:
+            raise ImproperlyConfigured(problem)
+        if options.get("concurrency") is not None:
+            limits[name] = options["concurrency"]
+    return limits
+
+
+def queue_problem(name: Any, options: Any) -> str | None:
+    """What is wrong with one entry of ``DURABLE["QUEUES"]`` (None: nothing)."""
+    if not isinstance(name, str) or not name:
+        return f'DURABLE["QUEUES"]: a queue name is a non-empty string, got {name!r}'
+    if not isinstance(options, dict):
+        return f'DURABLE["QUEUES"][{name!r}] must be a dict, got {type(options).__name__}'
+    unknown = set(options) - {"concurrency"}
+    if unknown:
+        return f'DURABLE["QUEUES"][{name!r}]: unknown options {sorted(unknown)}'
+    limit = options.get("concurrency")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        return f'DURABLE["QUEUES"][{name!r}]["concurrency"] must be a whole number >= 1 or None'
+    return None

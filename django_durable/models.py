@@ -58,6 +58,8 @@ class Run(models.Model):
     workflow = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    # Within a queue, due runs with a higher priority are claimed first.
+    priority = models.IntegerField(default=0, db_default=0)
 
     input = models.JSONField(default=dict)
     context = models.JSONField(default=dict)
@@ -152,10 +154,11 @@ class Run(models.Model):
             ),
         ]
         indexes = [
-            # The claim: due runs of a queue, oldest first (a worker of every queue
-            # skips through it queue by queue: store.claims).
+            # The claim: due runs of a queue, highest priority first, then oldest due
+            # (a worker of every queue skips through it queue by queue, and the next
+            # due time through it priority by priority: store.claims).
             models.Index(
-                fields=["queue", "due_at"],
+                fields=["queue", "-priority", "due_at"],
                 condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False),
                 name="durable_run_claim",
             ),
@@ -385,6 +388,28 @@ class Schedule(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class QueueState(models.Model):
+    """A queue an operator acted on: ``paused`` queues are not claimed from.
+
+    A queue has a row only once it was paused (or resumed); a queue without one
+    runs. The concurrency limits live in settings (``DURABLE["QUEUES"]``), not here.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(default=now)
+
+    objects = DurableManager()
+
+    class Meta:
+        db_table = "durable_queue"
+        ordering = ["name"]
+        verbose_name = "queue"
+
+    def __str__(self):
+        return f"{self.name} ({'paused' if self.paused else 'running'})"
 
 
 class WorkerNode(models.Model):

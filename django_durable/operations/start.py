@@ -10,6 +10,7 @@ after commit.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django_durable import signals, store
@@ -20,7 +21,7 @@ from django_durable.models import (
     Run,
     Status,
 )
-from django_durable.operations import finish, inputs, keys
+from django_durable.operations import finish, inputs, keys, options
 from django_durable.operations.finish import send_after_commit
 from django_durable.operations.keys import Action
 from django_durable.workflows.definition import Workflow, registry, validate_on_duplicate
@@ -41,6 +42,7 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
         id=uuid.uuid4(),
         workflow=workflow.name,
         queue=workflow.queue,
+        priority=workflow.priority,
         status=Status.PENDING,
         input=payload,
         key=key,
@@ -73,12 +75,26 @@ def start(
     *,
     key: str | None = None,
     on_duplicate: str | tuple[str, str] | None = None,
+    run_after: datetime | timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
 ) -> uuid.UUID:
     """Start ``workflow`` with ``input``, at most once per ``key``.
 
     Returns the id of the run that answers: the new run, the holder, or the waiting run.
+    ``run_after`` (an aware datetime, or a timedelta from now) delays the run,
+    ``priority`` orders it within its queue (higher first), ``queue`` overrides the
+    workflow's.
     """
-    return start_detailed(workflow, input, key=key, on_duplicate=on_duplicate).run_id
+    return start_detailed(
+        workflow,
+        input,
+        key=key,
+        on_duplicate=on_duplicate,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+    ).run_id
 
 
 def start_detailed(
@@ -87,8 +103,21 @@ def start_detailed(
     *,
     key: str | None = None,
     on_duplicate: str | tuple[str, str] | None = None,
+    run_after: datetime | timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
 ) -> StartResult:
     """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
+    definition, payload, key, policy = checked(workflow, input, key, on_duplicate)
+    fields = options.run_fields(definition, run_after=run_after, priority=priority, queue=queue)
+    return start_run(definition, payload, key, policy, **fields)
+
+
+def checked(
+    workflow: type[Workflow] | str, input: Any, key: Any, on_duplicate: Any
+) -> tuple[type[Workflow], dict, str | None, str | tuple[str, str]]:
+    """The start's arguments checked, before anything is written: the definition, the
+    input, the key and the duplicate policy that applies."""
     definition = registry.resolve(workflow)
     payload = inputs.validate_input(input)
     key = keys.validate_key(key)
@@ -99,7 +128,7 @@ def start_detailed(
             raise ValueError(
                 f"on_duplicate='run_again' cannot be used with {definition.name}'s reuse='never'"
             )
-    return start_run(definition, payload, key, policy)
+    return definition, payload, key, policy
 
 
 def start_run(
@@ -315,15 +344,10 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
         store.update_waiting_input(waiting.id, payload)
         waiting_id = waiting.id
     else:
+        # It becomes due when it takes the key (a run_after of its start is not kept).
+        behind_fields = {**fields, "due_at": None, "timeout_at": None}
         behind = _new_run(
-            workflow,
-            payload,
-            key,
-            holds_key=False,
-            runs_after_id=holder.id,
-            due_at=None,
-            timeout_at=None,
-            **fields,
+            workflow, payload, key, holds_key=False, runs_after_id=holder.id, **behind_fields
         )
         if not store.insert_run(behind):
             return None  # another start left its waiting run first: update that one

@@ -71,6 +71,11 @@ from django_durable.store.pruning import (
     prune_activity,
     prune_runs,
 )
+from django_durable.store.queues import (
+    paused_queues,
+    queue_counts,
+    set_paused,
+)
 from django_durable.store.runs import (
     current_status,
     deliver,
@@ -148,9 +153,11 @@ __all__ = [
     "notify_runs_due",
     "now",
     "open_listener",
+    "paused_queues",
     "prunable",
     "prune_activity",
     "prune_runs",
+    "queue_counts",
     "record_activity",
     "record_attempt_cancelled",
     "record_compensation_completed",
@@ -171,6 +178,7 @@ __all__ = [
     "resume_failed",
     "run_outcomes",
     "save_owned_state",
+    "set_paused",
     "take_key",
     "take_key_and_run",
     "unregister_worker",

@@ -1,14 +1,32 @@
 """Claiming due runs, and when the next one is due: both read the claim index
-``durable_run_claim`` (queue, due_at) over the claimable statuses, queue by queue."""
+``durable_run_claim`` (queue, priority DESC, due_at) over the claimable statuses,
+queue by queue, highest priority first, then oldest due.
+
+Two queue rules take part in every claim: a paused queue (a ``durable_queue`` row
+with ``paused``) is not claimed from, and a queue with a concurrency limit
+(``DURABLE["QUEUES"][name]["concurrency"]``) gets only the room its limit leaves
+beside the runs of that queue already running, whichever worker runs them.
+
+How the limit holds across workers (PostgreSQL): the claimers of a limited queue
+take a transaction-level advisory lock per limited queue (LOCK_LIMITED_QUEUES)
+before CLAIM, in one short transaction. The lock serialises them, and CLAIM, a
+new statement, takes its snapshot after the lock: it counts the runs the previous
+holder of the lock claimed and committed. Counting inside the statement that
+waited for a row lock would not do: in READ COMMITTED a statement's snapshot
+predates its lock waits. Oban's global limits and DBOS's queue concurrency
+serialise their fetchers on one row per queue for the same reason. Queues without
+a limit take no lock and claim as before, in one statement.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from django_durable.models import CLAIMABLE_STATUSES, Run
-from django_durable.store.base import fetchall, fetchone, from_row, is_postgres, now
+from django_durable import conf
+from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
+from django_durable.store.base import atomic, fetchall, fetchone, from_row, is_postgres, now
 
 __all__ = ["claim", "next_due_at"]
 
@@ -16,7 +34,12 @@ __all__ = ["claim", "next_due_at"]
 # NULL every queue with a claimable run, found by skipping through durable_run_claim
 # one queue at a time (a loose index scan: one probe per queue, however many runs
 # wait). The conditions repeat the claim index's own, so the planner can use it.
-_SERVED_QUEUES = """
+# ``open_queues`` keeps those not paused (a probe of durable_queue's primary key per
+# queue) with the room each has: %(limit)s, or for a limited queue (named in
+# %(limited)s with its limit in %(caps)s) the limit less its runs a worker holds,
+# counted through durable_run_lease (running and compensating runs: as many as the
+# workers' threads, however long the queue).
+_OPEN_QUEUES = """
 RECURSIVE served(name) AS (
     (SELECT unnest(%(queues)s::text[]) AS name)
     UNION ALL
@@ -31,39 +54,63 @@ RECURSIVE served(name) AS (
             ORDER BY queue LIMIT 1)
     FROM served
     WHERE %(queues)s::text[] IS NULL AND served.name IS NOT NULL
+),
+open_queues AS (
+    SELECT served.name,
+           CASE WHEN lim.cap IS NULL THEN %(limit)s
+                ELSE GREATEST(lim.cap - (
+                    SELECT count(*) FROM durable_run AS held
+                    WHERE held.queue = served.name
+                      AND held.status IN ('running', 'compensating')
+                      AND held.lease_expires_at IS NOT NULL), 0)
+           END AS room
+    FROM served
+    LEFT JOIN unnest(%(limited)s::text[], %(caps)s::integer[]) AS lim(name, cap)
+           ON lim.name = served.name
+    WHERE served.name IS NOT NULL
+      AND NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = served.name),
+                       false)
 )
 """
 
-# Claim up to %(limit)s due runs, oldest due first, in one statement (PostgreSQL).
-# ``picked`` takes the oldest due runs of each queue served through durable_run_claim
-# (it reads about as many index entries as it claims per queue) and locks them with
-# FOR UPDATE SKIP LOCKED, so concurrent workers claim different runs without waiting
-# on each other; MATERIALIZED keeps the planner from folding it into the UPDATE,
-# which would lock rows the LIMIT then drops; the UPDATE takes the picked rows by
-# primary key (an array of ids: a plan that cannot turn into a scan of the table,
-# whatever a generic plan guesses of how many were picked). The lock lasts only
-# this statement.
+# Serialise the claimers of the limited queues %(names)s (PostgreSQL): one
+# transaction-level advisory lock per queue, taken in name order (no deadlock
+# between two claimers of overlapping queues), released at commit.
+LOCK_LIMITED_QUEUES = """
+SELECT count(pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || name, 0)))
+FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limited
+"""
+
+# Claim up to %(limit)s due runs in one statement (PostgreSQL): within each queue
+# served, highest priority first, then oldest due, as durable_run_claim orders them.
+# ``picked`` takes, per open queue, up to its room of due runs through the index (it
+# reads about as many entries as it claims, plus the entries of higher priority not
+# due yet) and locks them with FOR UPDATE SKIP LOCKED, so concurrent workers claim
+# different runs without waiting on each other; MATERIALIZED keeps the planner from
+# folding it into the UPDATE, which would lock rows the LIMIT then drops; the UPDATE
+# takes the picked rows by primary key (an array of ids: a plan that cannot turn
+# into a scan of the table, whatever a generic plan guesses of how many were
+# picked). The lock lasts only this statement.
 # A claimed compensating run stays compensating (cancel() keeps refusing it) and
 # stops being due while it is owned; the fence grows, so the previous owner's late
 # writes no longer match.
 CLAIM = (
     "WITH "
-    + _SERVED_QUEUES
+    + _OPEN_QUEUES
     + """,
 picked AS MATERIALIZED (
-    SELECT p.id, p.due_at
-    FROM served
+    SELECT p.id, p.priority, p.due_at
+    FROM open_queues
     CROSS JOIN LATERAL (
-        SELECT id, due_at FROM durable_run
-        WHERE queue = served.name
+        SELECT id, priority, due_at FROM durable_run
+        WHERE queue = open_queues.name
           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
           AND due_at <= %(now)s
-        ORDER BY due_at
-        LIMIT %(limit)s
+        ORDER BY priority DESC, due_at
+        LIMIT LEAST(open_queues.room, %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) AS p
-    WHERE served.name IS NOT NULL
-    ORDER BY p.due_at
+    ORDER BY p.priority DESC, p.due_at
     LIMIT %(limit)s
 )
 UPDATE durable_run SET
@@ -75,8 +122,8 @@ UPDATE durable_run SET
     started_at = COALESCE(started_at, %(now)s)
 WHERE durable_run.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.status,
-    durable_run.input, durable_run.context, durable_run.result, durable_run.error,
-    durable_run."key", durable_run.holds_key, durable_run.runs_after_id,
+    durable_run.priority, durable_run.input, durable_run.context, durable_run.result,
+    durable_run.error, durable_run."key", durable_run.holds_key, durable_run.runs_after_id,
     durable_run.parent_id, durable_run.step_index, durable_run.attempt,
     durable_run.due_at, durable_run.timeout_at, durable_run.debounce_deadline,
     durable_run.waiting_for, durable_run.state, durable_run.worker_id,
@@ -85,9 +132,11 @@ RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.s
 """
 )
 
-# The same on SQLite, which serialises writers (no row locks needed) and has no
-# LATERAL: one ordered scan of the due runs of the queues in %(queues)s (a JSON
-# list), or of every queue when it is NULL.
+# The same on SQLite, which serialises writers (no row locks, and no advisory lock:
+# the limit's count and the claim are one write): the due runs of the queues in
+# %(queues)s (a JSON list; NULL: every queue) that are not paused, numbered within
+# their queue in claim order, and of a limited queue (%(caps)s, a JSON object of
+# queue -> limit) only as many as its room.
 CLAIM_SQLITE = """
 UPDATE durable_run SET
     status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
@@ -97,31 +146,59 @@ UPDATE durable_run SET
     fence = fence + 1,
     started_at = COALESCE(started_at, %(now)s)
 WHERE id IN (
-    SELECT id FROM durable_run
-    WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-      AND due_at <= %(now)s
-      AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
-    ORDER BY due_at
+    SELECT ranked.id FROM (
+        SELECT id, queue, priority, due_at,
+               ROW_NUMBER() OVER (PARTITION BY queue ORDER BY priority DESC, due_at) AS n
+        FROM durable_run
+        WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+          AND due_at <= %(now)s
+          AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+          AND queue NOT IN (SELECT name FROM durable_queue WHERE paused)
+    ) AS ranked
+    LEFT JOIN json_each(%(caps)s) AS cap ON cap.key = ranked.queue
+    WHERE cap.key IS NULL OR ranked.n <= cap.value - (
+        SELECT count(*) FROM durable_run AS held
+        WHERE held.queue = ranked.queue AND held.status IN ('running', 'compensating')
+          AND held.lease_expires_at IS NOT NULL)
+    ORDER BY ranked.priority DESC, ranked.due_at
     LIMIT %(limit)s
 )
 RETURNING *
 """
 
-# When the next claimable run of the served queues is due (PostgreSQL): the first
-# entry of each queue in durable_run_claim.
+# When the next claimable run of the open queues is due (PostgreSQL), for an idle
+# worker's wait: a queue with no room (its limit reached) is left out, its runs wait
+# for a slot, not a time. Per queue, durable_run_claim is read priority by priority
+# (a loose index scan over the few priorities in use), the first entry of each.
 NEXT_DUE_AT = (
     "WITH "
-    + _SERVED_QUEUES
+    + _OPEN_QUEUES
     + """
 SELECT min(first.due_at)
-FROM served
+FROM open_queues
 CROSS JOIN LATERAL (
-    SELECT due_at FROM durable_run
-    WHERE queue = served.name
-      AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-    ORDER BY due_at
-    LIMIT 1
+    WITH RECURSIVE levels(priority) AS (
+        (SELECT priority FROM durable_run
+         WHERE queue = open_queues.name
+           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+         ORDER BY priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT priority FROM durable_run
+                WHERE queue = open_queues.name
+                  AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+                  AND priority < levels.priority
+                ORDER BY priority DESC LIMIT 1)
+        FROM levels
+        WHERE levels.priority IS NOT NULL
+    )
+    SELECT (SELECT due_at FROM durable_run
+            WHERE queue = open_queues.name AND priority = levels.priority
+              AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+            ORDER BY due_at LIMIT 1) AS due_at
+    FROM levels
+    WHERE levels.priority IS NOT NULL
 ) AS first
+WHERE open_queues.room > 0
 """
 )
 
@@ -132,6 +209,7 @@ CLAIMED_COLUMNS = (
     "workflow",
     "queue",
     "status",
+    "priority",
     "input",
     "context",
     "result",
@@ -156,34 +234,78 @@ CLAIMED_COLUMNS = (
 )
 
 
+def _limits_served(queues: Sequence[str] | None, limits: Mapping[str, int]) -> dict[str, int]:
+    """The limited queues among those served (None: every queue)."""
+    if queues is None:
+        return dict(limits)
+    return {name: cap for name, cap in limits.items() if name in queues}
+
+
+def _queue_params(queues: Sequence[str] | None, limits: Mapping[str, int]) -> dict:
+    if is_postgres():
+        return {
+            "queues": list(queues) if queues else None,
+            "limited": list(limits),
+            "caps": list(limits.values()),
+        }
+    return {
+        "queues": json.dumps(list(queues)) if queues else None,
+        "caps": json.dumps(dict(limits)),
+    }
+
+
 def claim(
-    *, worker_id: str, queues: Sequence[str] | None, limit: int, lease: timedelta
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    lease: timedelta,
+    limits: Mapping[str, int] | None = None,
 ) -> list[Run]:
-    """Claim up to ``limit`` due runs of ``queues`` (None: every queue), oldest due
-    first, in one statement (CLAIM, or CLAIM_SQLITE)."""
+    """Claim up to ``limit`` due runs of ``queues`` (None: every queue), highest
+    priority first, then oldest due, leaving paused queues alone and a limited queue
+    (``limits``: queue -> concurrency, by default those of ``DURABLE["QUEUES"]``) no
+    more than its room: CLAIM in one statement, after LOCK_LIMITED_QUEUES in one
+    transaction when a limited queue is served (CLAIM_SQLITE on SQLite)."""
     at = now()
+    if limits is None:
+        limits = conf.queue_limits()
+    served_limits = _limits_served(queues, limits)
     params = {
         "worker_id": worker_id,
         "lease_expires_at": at + lease,
         "now": at,
         "limit": limit,
+        **_queue_params(queues, served_limits),
     }
-    if is_postgres():
-        params["queues"] = list(queues) if queues else None
+    if not is_postgres():  # SQLite needs the backend's own datetime conversions
+        runs = list(Run.objects.raw(CLAIM_SQLITE, params))
+    elif served_limits:
+        with atomic():
+            fetchone(LOCK_LIMITED_QUEUES, {"names": sorted(served_limits)})
+            rows = fetchall(CLAIM, params)
+        runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
+    else:
         rows = fetchall(CLAIM, params)
         runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
-    else:  # SQLite needs the backend's own datetime conversions: the ORM applies them
-        params["queues"] = json.dumps(list(queues)) if queues else None
-        runs = list(Run.objects.raw(CLAIM_SQLITE, params))
-    runs.sort(key=lambda r: (r.due_at or at, r.created_at))
+    runs.sort(key=lambda r: (-r.priority, r.due_at or at, r.created_at))
     return runs
 
 
-def next_due_at(queues: Sequence[str] | None) -> datetime | None:
-    """When the next claimable run of ``queues`` (None: every queue) becomes due."""
+def next_due_at(
+    queues: Sequence[str] | None, limits: Mapping[str, int] | None = None
+) -> datetime | None:
+    """When the next claimable run of the open ``queues`` (None: every queue) becomes
+    due; a limited queue with no room left is not counted (on PostgreSQL)."""
+    if limits is None:
+        limits = conf.queue_limits()
     if not is_postgres():
-        runs = Run.objects.filter(status__in=CLAIMABLE_STATUSES, due_at__isnull=False)
+        runs = Run.objects.filter(status__in=CLAIMABLE_STATUSES, due_at__isnull=False).exclude(
+            queue__in=QueueState.objects.filter(paused=True).values("name")
+        )
         if queues:
             runs = runs.filter(queue__in=list(queues))
         return runs.order_by("due_at").values_list("due_at", flat=True).first()
-    return fetchone(NEXT_DUE_AT, {"queues": list(queues) if queues else None})[0]
+    params = _queue_params(queues, _limits_served(queues, limits))
+    params["limit"] = 1
+    return fetchone(NEXT_DUE_AT, params)[0]

@@ -44,6 +44,7 @@ RUN_COLUMNS = (
     "workflow",
     "queue",
     "status",
+    "priority",
     "input",
     "context",
     "result",
@@ -70,15 +71,16 @@ RUN_COLUMNS = (
 # Insert a run unless its key is taken (PostgreSQL and SQLite).
 INSERT_RUN = """
 INSERT INTO durable_run (
-    id, workflow, queue, status, input, context, result, error, "key", holds_key,
+    id, workflow, queue, status, priority, input, context, result, error, "key", holds_key,
     runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
-    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at, finished_at
+    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
+    finished_at
 ) VALUES (
-    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
-    %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
-    %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
-    %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
-    %(started_at)s, %(finished_at)s
+    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
+    %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
+    %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
+    %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
+    %(created_at)s, %(started_at)s, %(finished_at)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -90,15 +92,16 @@ RETURNING id
 # matters more than anything else here for a start of a new key (the usual one).
 INSERT_RUN_AND_WAKE = """
 INSERT INTO durable_run (
-    id, workflow, queue, status, input, context, result, error, "key", holds_key,
+    id, workflow, queue, status, priority, input, context, result, error, "key", holds_key,
     runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
-    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at, finished_at
+    waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
+    finished_at
 ) VALUES (
-    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(input)s, %(context)s, %(result)s,
-    %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(step_index)s,
-    %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s, %(waiting_for)s,
-    %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s, %(created_at)s,
-    %(started_at)s, %(finished_at)s
+    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
+    %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
+    %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
+    %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
+    %(created_at)s, %(started_at)s, %(finished_at)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id,
@@ -154,14 +157,14 @@ WITH released AS (
 ),
 new AS (
     INSERT INTO durable_run (
-        id, workflow, queue, status, input, context, result, error, "key", holds_key,
-        runs_after_id, parent_id, step_index, attempt, due_at, timeout_at, debounce_deadline,
-        waiting_for, state, worker_id, lease_expires_at, fence, created_at, started_at,
-        finished_at
+        id, workflow, queue, status, priority, input, context, result, error, "key",
+        holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
+        debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
+        created_at, started_at, finished_at
     )
     SELECT %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
-           %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb, %(error)s::jsonb,
-           %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
+           %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
+           %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
            %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
            %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,

@@ -202,7 +202,8 @@ class Workflow:
     """Base class of a workflow. Subclasses define steps with ``@step``.
 
     Class attributes: ``name``, ``reuse``, ``on_duplicate``, ``debounce``,
-    ``timeout``, ``queue``, ``schedules``. Set ``abstract = True`` on a base
+    ``timeout``, ``queue``, ``priority`` (higher is claimed first within the queue),
+    ``schedules``. Set ``abstract = True`` on a base
     class that has no steps of its own.
     """
 
@@ -212,6 +213,7 @@ class Workflow:
     debounce: ClassVar[Debounce | None] = None
     timeout: ClassVar[timedelta | None] = None
     queue: ClassVar[str] = "default"
+    priority: ClassVar[int] = 0
     schedules: ClassVar[list[Cron]] = []
     steps: ClassVar[tuple[StepDef, ...]] = ()
 
@@ -264,6 +266,8 @@ def _check_definition(cls: type[Workflow]) -> None:
             raise ImproperlyConfigured(str(exc)) from None
     if not isinstance(cls.queue, str) or not cls.queue:
         raise ImproperlyConfigured(f"{where}: queue must be a non-empty string")
+    if not isinstance(cls.priority, int) or isinstance(cls.priority, bool):
+        raise ImproperlyConfigured(f"{where}: priority must be an int")
     if not cls.steps:
         raise ImproperlyConfigured(f"{where} has no step; mark methods with @step")
     for s in cls.steps:
