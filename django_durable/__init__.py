@@ -19,6 +19,7 @@ from django_durable.exceptions import (
     NotFinished,
     NotWaiting,
     ParallelFailed,
+    WaitTimeout,
 )
 from django_durable.workflows.definition import (
     Cron,
@@ -47,8 +48,10 @@ __all__ = [
     "NotFailed",
     "NotFinished",
     "NotWaiting",
+    "Explanation",
     "ParallelFailed",
     "StartResult",
+    "WaitTimeout",
     "Workflow",
     "acancel",
     "aexplain",
@@ -65,21 +68,27 @@ __all__ = [
     "days",
     "disable_schedule",
     "enable_schedule",
+    "explain",
     "get_run",
     "hours",
     "list_executions",
+    "list_pending_inputs",
     "minutes",
     "parallel",
+    "pause_queue",
     "provide_input",
     "prune",
+    "queue_stats",
     "release_key",
     "rerun",
+    "resume_queue",
     "retry",
     "schedule",
     "seconds",
     "send_event",
     "start",
     "start_detailed",
+    "start_many",
     "step",
     "trigger_schedule",
 ]
@@ -100,8 +109,11 @@ if TYPE_CHECKING:
         astart_detailed,
         astart_many,
     )
+    from django_durable.operations.batch import start_many
     from django_durable.operations.children import parallel
+    from django_durable.operations.explain import Explanation, explain
     from django_durable.operations.prune import prune
+    from django_durable.operations.queues import pause_queue, queue_stats, resume_queue
     from django_durable.operations.runs import (
         cancel,
         get_run,
@@ -119,6 +131,7 @@ if TYPE_CHECKING:
         trigger_schedule,
     )
     from django_durable.operations.start import StartResult, start, start_detailed
+    from django_durable.operations.waits import list_pending_inputs
 
 _LAZY = {
     **dict.fromkeys(
@@ -137,6 +150,12 @@ _LAZY = {
         ],
         "django_durable.operations.asynchronous",
     ),
+    "start_many": "django_durable.operations.batch",
+    **dict.fromkeys(["Explanation", "explain"], "django_durable.operations.explain"),
+    **dict.fromkeys(
+        ["pause_queue", "queue_stats", "resume_queue"], "django_durable.operations.queues"
+    ),
+    "list_pending_inputs": "django_durable.operations.waits",
     "parallel": "django_durable.operations.children",
     "prune": "django_durable.operations.prune",
     **dict.fromkeys(
