@@ -40,6 +40,12 @@ def check_json(value: Any, what: str) -> Any:
     return value
 
 
+def _name(name: object) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"context names are strings, got {name!r}")
+    return name
+
+
 class Context(AsyncContextMethods):
     """What a step sees of its run. One is made for each execution of a step.
     An ``async def`` step awaits ``aheartbeat``, ``acall_workflow``, ``aparallel``."""
@@ -82,10 +88,44 @@ class Context(AsyncContextMethods):
         return self._data.get(name, default)
 
     def put(self, name: str, value: Any) -> None:
-        """Store a JSON value under ``name``; saved when the step completes."""
-        if not isinstance(name, str):
-            raise TypeError(f"context names are strings, got {name!r}")
-        self._data[name] = check_json(copy.deepcopy(value), f"context value {name!r}")
+        """Store a JSON value under ``name``; saved when the step completes.
+
+        ``TypeError`` at the call for a name that is not a ``str`` or a value that is
+        not JSON-serialisable."""
+        self._data[_name(name)] = check_json(copy.deepcopy(value), f"context value {name!r}")
+
+    def delete(self, name: str) -> None:
+        """Remove ``name`` from the context (nothing happens if it is not there)."""
+        self._data.pop(_name(name), None)
+
+    def append(self, name: str, value: Any) -> None:
+        """Append a JSON value to the list under ``name`` (a new list if there is none);
+        ``TypeError`` if ``name`` holds something else than a list."""
+        current = self._data.get(_name(name), [])
+        if not isinstance(current, list):
+            raise TypeError(f"context value {name!r} is a {type(current).__name__}, not a list")
+        item = check_json(copy.deepcopy(value), f"context value appended to {name!r}")
+        self._data[name] = [*current, item]
+
+    def increment(self, name: str, by: int = 1) -> int:
+        """Add ``by`` to the integer under ``name`` (0 if there is none); return the sum."""
+        if not isinstance(by, int) or isinstance(by, bool):
+            raise TypeError(f"increment takes an int, got {type(by).__name__}")
+        current = self._data.get(_name(name), 0)
+        if not isinstance(current, int) or isinstance(current, bool):
+            raise TypeError(f"context value {name!r} is a {type(current).__name__}, not an int")
+        self._data[name] = current + by
+        return current + by
+
+    def merge(self, mapping: dict[str, Any]) -> None:
+        """Put every item of ``mapping``, all or none: each is checked before any is set."""
+        if not isinstance(mapping, dict):
+            raise TypeError(f"merge takes a dict, got {type(mapping).__name__}")
+        checked = {
+            _name(name): check_json(copy.deepcopy(value), f"context value {name!r}")
+            for name, value in mapping.items()
+        }
+        self._data.update(checked)
 
     @property
     def data(self) -> dict[str, Any]:
