@@ -24,6 +24,10 @@ from django_durable.store.base import (
     notify_due,
     now,
 )
+from django_durable.store.batches import (
+    BatchAnswer,
+    start_batch,
+)
 from django_durable.store.children import (
     cancel_runs,
     lock_owned_state,
@@ -116,6 +120,7 @@ from django_durable.store.workers import (
 )
 
 __all__ = [
+    "BatchAnswer",
     "DuplicateNote",
     "InsertOrHolder",
     "LeaseLost",
@@ -179,6 +184,7 @@ __all__ = [
     "run_outcomes",
     "save_owned_state",
     "set_paused",
+    "start_batch",
     "take_key",
     "take_key_and_run",
     "unregister_worker",

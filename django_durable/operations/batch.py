@@ -1,0 +1,184 @@
+"""``start_many()``: many starts of one workflow in one call, with the answers
+``start()`` would give item by item.
+
+On PostgreSQL the runs go in one statement per batch of ``BATCH_SIZE`` items
+(``store.start_batch``): every first use of a key, and every item without one. An
+item whose key the statement found taken is answered from its holder when the
+rules say the holder answers (``use_existing``: the duplicates' activity rows go in
+with one more statement); one the rules send elsewhere (a hand-off from a finished
+holder, ``cancel_existing``, ``run_again``, ``send_event``, a debounced workflow)
+and a later item with a key the batch already used are started alone, in order,
+through the path of ``start()``. ``on_duplicate="error"`` on a taken key raises
+``KeyTaken``, and nothing of the call is written: it runs in one transaction (a
+savepoint inside the caller's). On SQLite every item takes the path of ``start()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from django_durable import signals, store
+from django_durable.exceptions import KeyTaken
+from django_durable.models import Activity
+from django_durable.operations import inputs, keys
+from django_durable.operations.finish import send_after_commit
+from django_durable.operations.keys import Action
+from django_durable.operations.start import StartResult, checked, start_run
+from django_durable.workflows.definition import Workflow
+
+__all__ = ["BATCH_SIZE", "start_many"]
+
+BATCH_SIZE = 1000
+
+
+def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
+    """Every item checked, before anything is written."""
+    if isinstance(items, dict | str | bytes):
+        raise TypeError("items must be an iterable of (input, key) pairs")
+    checked_items = []
+    for n, item in enumerate(items):
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TypeError(f"item {n} must be an (input, key) pair, got {item!r}")
+        payload, key = item
+        try:
+            checked_items.append((inputs.validate_input(payload), keys.validate_key(key)))
+        except TypeError as exc:
+            raise TypeError(f"item {n}: {exc}") from None
+    return checked_items
+
+
+def start_many(
+    workflow: type[Workflow] | str,
+    items: Iterable[tuple[dict | None, str | None]],
+    *,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> list[StartResult]:
+    """Start ``workflow`` once per ``(input, key)`` item, in order, following the rules
+    of ``start()`` (a later item with a key an earlier one used is its duplicate);
+    return a ``StartResult`` per item, in the same order.
+
+    Bad items raise (``TypeError``, ``ValidationError``) before anything is written;
+    ``KeyTaken`` (``on_duplicate="error"``) leaves nothing of the call written.
+    """
+    definition, _, _, policy = checked(workflow, None, None, on_duplicate)
+    pairs = _items(items)
+    results: list[StartResult | None] = [None] * len(pairs)
+    with store.atomic():
+        if not store.is_postgres():
+            for n, (payload, key) in enumerate(pairs):
+                results[n] = start_run(definition, payload, key, policy)
+            return results  # type: ignore[return-value]
+        alone, batched = _split(definition, pairs)
+        taken: list[tuple[int, uuid.UUID]] = []  # items whose holder refuses them
+        for first in range(0, len(batched), BATCH_SIZE):
+            batch = batched[first : first + BATCH_SIZE]
+            _start_batch(definition, policy, pairs, batch, results, alone, taken)
+        # In order, as start() item by item: the first refused item raises KeyTaken,
+        # after the items before it (which may raise first) and before the rest.
+        refused = min(taken, default=None)
+        for n in sorted(alone):
+            if refused is not None and n > refused[0]:
+                break
+            payload, key = pairs[n]
+            results[n] = start_run(definition, payload, key, policy)
+        if refused is not None:
+            n, holder_id = refused
+            raise KeyTaken(
+                holder_id, f"key {pairs[n][1]!r} of {definition.name} is held by run {holder_id}"
+            )
+    return results  # type: ignore[return-value]
+
+
+def _split(definition, pairs) -> tuple[list[int], list[int]]:
+    """The items started alone (a key an earlier item used; any keyed item of a
+    debounced workflow) and those the batch statements take."""
+    alone, batched, seen = [], [], set()
+    debounced = definition.debounce is not None
+    for n, (_payload, key) in enumerate(pairs):
+        if key is not None and (debounced or key in seen):
+            alone.append(n)
+            continue
+        if key is not None:
+            seen.add(key)
+        batched.append(n)
+    return alone, batched
+
+
+def _start_batch(definition, policy, pairs, sent, results, alone, taken) -> None:
+    """One statement for a batch of items; the answers of the holders it found."""
+    at = store.now()
+    ids = [uuid.uuid4() for _ in sent]
+    answers = store.start_batch(
+        workflow=definition.name,
+        queue=definition.queue,
+        priority=definition.priority,
+        due_at=at,
+        timeout_at=at + definition.timeout if definition.timeout else None,
+        items=[(run_id, *pairs[n]) for run_id, n in zip(ids, sent, strict=True)],
+    )
+    duplicates = []
+    for run_id, n, answer in zip(ids, sent, answers, strict=True):
+        key = pairs[n][1]
+        if answer.inserted:
+            results[n] = StartResult(run_id, "started")
+            send_after_commit(
+                signals.run_started, definition, run_id=run_id, workflow=definition.name, key=key
+            )
+            continue
+        if answer.holder_id is None:
+            alone.append(n)  # the holder moved on while the statement ran
+            continue
+        action = keys.decide(
+            reuse=definition.reuse,
+            on_duplicate=policy,
+            holder=keys.Holder(status=answer.holder_status, picked_up=answer.picked_up),
+        )
+        if action is Action.USE_EXISTING:
+            results[n] = StartResult(answer.holder_id, "use_existing")
+            duplicates.append((n, answer))
+        elif action is Action.RAISE_TAKEN:
+            taken.append((n, answer.holder_id))
+        else:
+            alone.append(n)
+    _record_duplicates(definition, pairs, duplicates)
+
+
+def _record_duplicates(definition, pairs, duplicates) -> None:
+    """The duplicates the holders answered: their activity rows in one statement, and
+    a signal each after commit."""
+    if not duplicates:
+        return
+    at = store.now()
+    rows = []
+    for n, answer in duplicates:
+        payload, key = pairs[n]
+        details = {
+            "key": key,
+            "workflow": definition.name,
+            "outcome": "use_existing",
+            "input_changed": answer.input_changed,
+            "input": payload,
+        }
+        rows.append(
+            Activity(
+                kind=Activity.Kind.KEY_DUPLICATE,
+                run_id=answer.holder_id,
+                workflow=definition.name,
+                key=key,
+                details=details,
+                created_at=at,
+            )
+        )
+        send_after_commit(
+            signals.key_duplicate,
+            definition,
+            run_id=answer.holder_id,
+            workflow=definition.name,
+            key=key,
+            outcome="use_existing",
+            input_changed=answer.input_changed,
+            input=payload,
+        )
+    Activity.objects.bulk_create(rows)
