@@ -98,3 +98,11 @@ for _setting, _variable in [
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2).
 TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}
+# Queue limits for worker subprocesses: DURABLE_QUEUE_LIMITS="limited=2,other=5".
+if os.environ.get("DURABLE_QUEUE_LIMITS"):
+    DURABLE["QUEUES"] = {
+        name: {"concurrency": int(limit)}
+        for name, limit in (
+            part.split("=") for part in os.environ["DURABLE_QUEUE_LIMITS"].split(",")
+        )
+    }
