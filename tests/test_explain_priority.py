@@ -1,0 +1,95 @@
+"""PostgreSQL plans of the claim with priorities and limits: on a large table of due
+runs in several priorities, the claim reads durable_run_claim (queue, priority DESC,
+due_at) in its order (no sort of the queue's due runs), the next due time is found
+priority by priority through the same index, and a limited queue's running runs
+are counted through durable_run_lease."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_durable import store
+from django_durable.models import Run, Status
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+SEEDED = 8_000
+
+
+@pytest.fixture
+def backlog():
+    at = timezone.now() - timedelta(minutes=5)
+    Run.objects.bulk_create(
+        Run(
+            id=uuid.uuid4(),
+            workflow="noop",
+            queue="default" if n % 4 else "limited",
+            priority=n % 5,
+            due_at=at + timedelta(milliseconds=n),
+            created_at=at,
+        )
+        for n in range(SEEDED)
+    )
+    Run.objects.bulk_create(
+        Run(id=uuid.uuid4(), workflow="noop", status=Status.COMPLETED, created_at=at)
+        for _ in range(SEEDED)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+
+
+def plans_of(fn) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        fn()
+    plans = []
+    with connection.cursor() as cursor:
+        for query in queries.captured_queries:
+            if query["sql"].startswith(("SAVEPOINT", "RELEASE")):
+                continue
+            cursor.execute("EXPLAIN " + query["sql"])
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+    return plans
+
+
+def claim(queues, limits=None):
+    return store.claim(
+        worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1), limits=limits
+    )
+
+
+@pytest.mark.parametrize("queues", [None, ["default"], ["default", "limited"]])
+def test_the_claim_reads_the_claim_index_in_priority_order(backlog, queues):
+    [plan] = [p for p in plans_of(lambda: claim(queues)) if "Update on durable_run" in p]
+    assert "Index Scan using durable_run_claim" in plan, plan
+    assert "Seq Scan on durable_run" not in plan, plan
+    # Only the few picked runs are sorted (across queues: "p.priority"), never a
+    # queue's backlog: the per-queue scans come out of the index in claim order.
+    sorts = [line.strip() for line in plan.splitlines() if "Sort Key" in line]
+    assert all(s in ("Sort Key: queue", "Sort Key: p.priority DESC, p.due_at") for s in sorts), plan
+    claimed = claim(queues)
+    assert [r.priority for r in claimed] == sorted((r.priority for r in claimed), reverse=True)
+    assert claimed[0].priority == 4
+
+
+def test_a_limited_claim_counts_running_runs_through_the_lease_index(backlog):
+    plans = plans_of(lambda: claim(["limited"], {"limited": 3}))
+    [lock] = [p for p in plans if "Update" not in p]
+    [plan] = [p for p in plans if "Update on durable_run" in p]
+    assert "Function Scan" in lock or "Aggregate" in lock, lock
+    assert "durable_run_lease" in plan, plan
+    assert "Seq Scan on durable_run" not in plan, plan
+    assert len(claim(["limited"], {"limited": 3})) == 0  # the first claim took the room
+
+
+def test_the_next_due_time_is_found_priority_by_priority(backlog):
+    [plan] = plans_of(lambda: store.next_due_at(None))
+    assert "durable_run_claim" in plan, plan
+    assert "Seq Scan on durable_run" not in plan, plan
+    assert (
+        store.next_due_at(None)
+        == Run.objects.filter(status=Status.PENDING).order_by("due_at")[0].due_at
+    )
