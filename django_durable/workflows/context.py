@@ -167,6 +167,18 @@ class Context(AsyncContextMethods):
             return None
         raise Suspend("sleep", None, store.now() + duration)
 
+    def sleep_until(self, when: datetime) -> None:
+        """Suspend the run until ``when`` (an aware datetime; one in the past resumes
+        at once); the worker is free meanwhile."""
+        if not isinstance(when, datetime):
+            raise TypeError(f"sleep_until takes an aware datetime, got {type(when).__name__}")
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise TypeError("sleep_until takes an aware datetime (a naive one has no time zone)")
+        done, _ = self._next_wait()
+        if done:
+            return None
+        raise Suspend("sleep", None, when)
+
     def wait_for_event(
         self, name: str, timeout: timedelta | float | None = None, timeout_value: Any = None
     ) -> Any:
