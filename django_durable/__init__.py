@@ -19,7 +19,6 @@ from django_durable.exceptions import (
     NotFinished,
     NotWaiting,
     ParallelFailed,
-    WaitTimeout,
 )
 from django_durable.workflows.definition import (
     Cron,
@@ -51,7 +50,6 @@ __all__ = [
     "Explanation",
     "ParallelFailed",
     "StartResult",
-    "WaitTimeout",
     "Workflow",
     "acancel",
     "aexplain",
@@ -72,7 +70,6 @@ __all__ = [
     "get_run",
     "hours",
     "list_executions",
-    "list_pending_inputs",
     "minutes",
     "parallel",
     "pause_queue",
@@ -131,7 +128,6 @@ if TYPE_CHECKING:
         trigger_schedule,
     )
     from django_durable.operations.start import StartResult, start, start_detailed
-    from django_durable.operations.waits import list_pending_inputs
 
 _LAZY = {
     **dict.fromkeys(
@@ -155,7 +151,6 @@ _LAZY = {
     **dict.fromkeys(
         ["pause_queue", "queue_stats", "resume_queue"], "django_durable.operations.queues"
     ),
-    "list_pending_inputs": "django_durable.operations.waits",
     "parallel": "django_durable.operations.children",
     "prune": "django_durable.operations.prune",
     **dict.fromkeys(

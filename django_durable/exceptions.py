@@ -49,22 +49,6 @@ class NotWaiting(DurableError):
     """The run is not waiting for that event or input."""
 
 
-class WaitTimeout(DurableError):
-    """``ctx.wait_for_all`` timed out before every event arrived.
-
-    ``received`` holds the payloads that did arrive, by name; ``missing`` the names
-    that did not.
-    """
-
-    def __init__(self, received: dict, missing: list, message: str | None = None):
-        self.received = received
-        self.missing = missing
-        super().__init__(message or f"timed out waiting for {', '.join(map(repr, missing))}")
-
-    def __reduce__(self):
-        return (type(self), (self.received, self.missing, str(self)))
-
-
 class Cancelled(DurableError):
     """Raised inside a step (by ``ctx.heartbeat()``) when the run was cancelled."""
 
