@@ -15,7 +15,7 @@ from django_durable.models import QueueState, Run, Status
 from django_durable.testing import drain
 from tests.helpers import LEASE, fresh
 from tests.testapp.models import SideEffect
-from tests.testapp.workflows_queues import Limited, Ordered, Unlimited
+from tests.testapp.workflows_queues import Limited, RunsInOrder, Unlimited
 
 pytestmark = pytest.mark.django_db
 
@@ -34,14 +34,14 @@ def make_due(*run_ids) -> None:
 
 def test_higher_priority_is_claimed_first_then_the_oldest_due():
     for n, priority in [(1, 0), (2, 5), (3, -1), (4, 5), (5, 0)]:
-        durable.start(Ordered, {"n": n}, priority=priority)
+        durable.start(RunsInOrder, {"n": n}, priority=priority)
     drain()
     assert ran_in_order() == ["2", "4", "1", "5", "3"]
 
 
 def test_the_workflow_priority_is_the_default(define):
-    urgent = define("urgent", priority=10, mark=Ordered.mark)
-    low = durable.start(Ordered, {"n": "low"})
+    urgent = define("urgent", priority=10, mark=RunsInOrder.mark)
+    low = durable.start(RunsInOrder, {"n": "low"})
     high = durable.start(urgent, {"n": "high"})
     assert (fresh(low).priority, fresh(high).priority) == (0, 10)
     assert durable.start(urgent, {"n": "lower"}, priority=-3) and drain()
@@ -59,7 +59,7 @@ def test_a_bad_priority_attribute_fails_at_import(define):
 
 
 def test_run_after_a_timedelta_is_not_due_before_it():
-    run_id = durable.start(Ordered, {"n": 1}, run_after=timedelta(hours=1))
+    run_id = durable.start(RunsInOrder, {"n": 1}, run_after=timedelta(hours=1))
     run = fresh(run_id)
     assert run.status == Status.PENDING
     assert run.due_at > timezone.now() + timedelta(minutes=59)
@@ -96,9 +96,9 @@ def test_run_after_an_aware_datetime_and_the_key_is_held_while_it_waits(define):
 )
 def test_bad_start_options_raise_before_anything_is_written(kwargs, error):
     with pytest.raises(error):
-        durable.start(Ordered, {"n": 1}, key="opt:1", **kwargs)
+        durable.start(RunsInOrder, {"n": 1}, key="opt:1", **kwargs)
     with pytest.raises(error):
-        durable.start_detailed(Ordered, **kwargs)
+        durable.start_detailed(RunsInOrder, **kwargs)
     assert Run.objects.count() == 0
 
 
@@ -106,15 +106,15 @@ def test_bad_start_options_raise_before_anything_is_written(kwargs, error):
 
 
 def test_queue_overrides_the_workflows_queue():
-    run_id = durable.start(Ordered, {"n": 1}, queue="reports")
+    run_id = durable.start(RunsInOrder, {"n": 1}, queue="reports")
     assert fresh(run_id).queue == "reports"
     assert drain(queues=["default"]) == 0
     assert drain(queues=["reports"]) == 1
 
 
 def test_a_paused_queue_is_not_claimed_until_resumed():
-    paused = durable.start(Ordered, {"n": "paused"}, queue="reports")
-    flowing = durable.start(Ordered, {"n": "flowing"})
+    paused = durable.start(RunsInOrder, {"n": "paused"}, queue="reports")
+    flowing = durable.start(RunsInOrder, {"n": "flowing"})
     durable.pause_queue("reports")
     durable.pause_queue("reports")  # idempotent
     assert QueueState.objects.get(name="reports").paused
@@ -138,9 +138,9 @@ def test_pause_and_resume_refuse_a_bad_name():
 
 def test_queue_stats(settings):
     settings.DURABLE = {"QUEUES": {"limited": {"concurrency": 2}}}
-    due = [durable.start(Ordered, {"n": n}, queue="reports") for n in range(3)]
+    due = [durable.start(RunsInOrder, {"n": n}, queue="reports") for n in range(3)]
     Run.objects.filter(id=due[0]).update(due_at=timezone.now() - timedelta(seconds=30))
-    durable.start(Ordered, {"n": 9}, queue="reports", run_after=timedelta(hours=1))
+    durable.start(RunsInOrder, {"n": 9}, queue="reports", run_after=timedelta(hours=1))
     store.claim(worker_id="stats", queues=["reports"], limit=1, lease=LEASE)  # one running
     durable.pause_queue("idle")
 

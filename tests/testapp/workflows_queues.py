@@ -7,7 +7,7 @@ from django_durable import Workflow, step
 from .models import SideEffect
 
 
-class Ordered(Workflow):
+class RunsInOrder(Workflow):
     """Records the order its runs ran in."""
 
     @step
