@@ -23,13 +23,15 @@ def dsn(dbname: str) -> str:
     return f"postgresql://{PG['user']}@{PG['host']}:{PG['port']}/{dbname}"
 
 
-def connect(dbname: str, *, autocommit: bool = True) -> psycopg.Connection:
-    return psycopg.connect(dbname=dbname, autocommit=autocommit, **PG)
+def connect(dbname: str, *, autocommit: bool = True, port: int | None = None) -> psycopg.Connection:
+    return psycopg.connect(
+        dbname=dbname, autocommit=autocommit, **{**PG, "port": port or PG["port"]}
+    )
 
 
-def recreate_database(dbname: str) -> None:
+def recreate_database(dbname: str, port: int | None = None) -> None:
     """Drop and create ``dbname``: every benchmark starts from an empty database."""
-    with connect("postgres") as conn:
+    with connect("postgres", port=port) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{dbname}"')
 

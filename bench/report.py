@@ -29,6 +29,17 @@ SUITE_METRICS = {
     ],
     "pgqueuer": ["pgqueuer_enqueue_dedupe", "pgqueuer_duplicate", "pgqueuer_worker"],
     "dbos": ["dbos_start", "dbos_worker"],
+    "celery": [
+        "celery_delay",
+        "celery_delay_setnx",
+        "celery_duplicate_setnx",
+        "celery_delay_once",
+        "celery_duplicate_once",
+        "celery_worker_c4",
+        "celery_worker_c4_setnx",
+        "celery_worker_c4_once",
+    ],
+    "django-tasks-db": ["tasksdb_enqueue", "tasksdb_worker", "tasksdb_worker_x4"],
 }
 ORDER = [m for suite in SUITE_METRICS.values() for m in suite]
 OURS_AND_RAW = SUITE_METRICS["raw"] + SUITE_METRICS["django-durable"]
@@ -66,6 +77,20 @@ PEERS = {
     "worker_c4_logged": WORKERS,
     "worker_c4_backlog": WORKERS,
     "latency_p50_ms": ["procrastinate_latency_p50_ms"],
+}
+# What a Django team would pick instead (Celery with Redis, django-tasks-db): ours
+# against each of them, in a table of its own (they keep no key in PostgreSQL, so
+# they are not "the peer doing the same job" of the table above).
+DJANGO_PEERS = {
+    "start_new_key": ["celery_delay", "celery_delay_setnx", "celery_delay_once", "tasksdb_enqueue"],
+    "start_duplicate": ["celery_duplicate_setnx", "celery_duplicate_once"],
+    "worker1_c4": [
+        "celery_worker_c4",
+        "celery_worker_c4_setnx",
+        "celery_worker_c4_once",
+        "tasksdb_worker",
+        "tasksdb_worker_x4",
+    ],
 }
 LOWER_IS_BETTER = {"latency_p50_ms", "latency_p99_ms", "procrastinate_latency_p50_ms"}
 
@@ -164,6 +189,29 @@ def markdown(metrics: dict, missing: dict, target_rows: list[dict]) -> str:
         )
         met = {True: "yes", False: "**no**", None: "not measured"}[row["met"]]
         lines.append(f"| {row['target']} | {measured} | {met} |")
+    return "\n".join(lines)
+
+
+def django_peers_markdown(metrics: dict, missing: dict) -> str:
+    """Ours next to Celery with Redis and django-tasks-db, metric by metric."""
+    lines = [
+        "| ours | value | the peer | its value | ours / peer |",
+        "| --- | ---: | --- | ---: | ---: |",
+    ]
+    for name, peers in DJANGO_PEERS.items():
+        mine = metrics.get(name)
+        for peer in peers:
+            theirs = metrics.get(peer)
+            if theirs is None:
+                reason = missing.get(peer, "not measured")
+                lines.append(f"| `{name}` | | `{peer}` | missing: {reason} | |")
+                continue
+            measured = ratio(metrics, name, peer) if mine else None
+            lines.append(
+                f"| `{name}` | {_fmt(mine['value'], mine['unit']) if mine else '-'} | `{peer}` "
+                f"| {_fmt(theirs['value'], theirs['unit'])} "
+                f"| {'-' if measured is None else f'{measured:.2f}x'} |"
+            )
     return "\n".join(lines)
 
 

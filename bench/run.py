@@ -2,6 +2,8 @@
 
     python bench/run.py              # N=5000, 3 repeats, medians; writes bench/results/latest.json
     python bench/run.py --quick      # N=500, one repeat: the CI smoke test (asserts no speed)
+    python bench/run.py --scale --soak --producers   # and the suites of bench/extras.py
+    python bench/run.py --skip-main --soak --soak-minutes 2   # one of them alone, shorter
 
 Every suite runs in its own process against its own throwaway database (dropped and
 created again). Repeats are interleaved (raw, ours, peers, raw, ours, peers...) so a
@@ -26,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import report  # noqa: E402
+from bench import extras, plots, report, report_extras  # noqa: E402
 from bench.common import connect, drop_database, recreate_database  # noqa: E402
 
 # (name, module, database, package that must be importable)
@@ -36,6 +38,8 @@ SUITES = [
     ("procrastinate", "bench.peer_procrastinate", "bench_procrastinate", "procrastinate"),
     ("pgqueuer", "bench.peer_pgqueuer", "bench_pgqueuer", "pgqueuer"),
     ("dbos", "bench.peer_dbos", "bench_dbos", "dbos"),
+    ("celery", "bench.peer_celery", "bench_celery", "celery_once"),
+    ("django-tasks-db", "bench.peer_tasks_db", "bench_tasks_db", "django_tasks_db"),
 ]
 
 
@@ -48,6 +52,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--only", default="", help="comma-separated metric names")
     parser.add_argument("--json", help="where to write the results")
     parser.add_argument("--keep-databases", action="store_true")
+    extra = parser.add_argument_group("the suites outside the quick run (bench/extras.py)")
+    extra.add_argument("--scale", action="store_true", help="the scale suite")
+    extra.add_argument("--scale-sizes", default="0,1000000,5000000")
+    extra.add_argument("--scale-n", type=int, default=2000, help="operations per figure")
+    extra.add_argument("--soak", action="store_true", help="the soak")
+    extra.add_argument("--soak-minutes", type=float, default=10)
+    extra.add_argument("--soak-rate", type=float, default=150, help="starts per second")
+    extra.add_argument("--soak-untuned", action="store_true", help="without migration 0012")
+    extra.add_argument("--producers", action="store_true", help="8 producer processes")
+    extra.add_argument("--producer-seconds", type=float, default=30)
+    extra.add_argument("--skip-main", action="store_true", help="only the suites above")
     args = parser.parse_args()
     args.n = args.n or (500 if args.quick else 5000)
     args.repeats = args.repeats or (1 if args.quick else 3)
@@ -115,7 +130,18 @@ def machine(args) -> dict:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     versions = {}
-    for package in ("django", "psycopg", "procrastinate", "pgqueuer", "dbos"):
+    for package in (
+        "django",
+        "psycopg",
+        "procrastinate",
+        "pgqueuer",
+        "dbos",
+        "celery",
+        "celery-once",
+        "redis",
+        "django-tasks",
+        "django-tasks-db",
+    ):
         try:
             from importlib.metadata import version
 
@@ -138,6 +164,21 @@ def machine(args) -> dict:
     }
 
 
+def run_extras(args) -> dict:
+    """The suites of ``bench/extras.py`` that were asked for, in this order."""
+    out: dict = {}
+    if args.scale:
+        print(f"== scale suite ({args.scale_sizes} runs, N={args.scale_n})", flush=True)
+        out["scale"] = extras.scale(args.scale_sizes, args.scale_n, keep=args.keep_databases)
+    if args.producers:
+        print("== many producers", flush=True)
+        out["producers"] = extras.producers(8, args.producer_seconds)
+    if args.soak:
+        print(f"== soak ({args.soak_minutes:g} minutes)", flush=True)
+        out["soak"] = extras.soak(args.soak_minutes, args.soak_rate, untuned=args.soak_untuned)
+    return out
+
+
 def main() -> int:
     args = parse_args()
     info = machine(args)
@@ -153,8 +194,11 @@ def main() -> int:
                 missing[metric] = f'{package} is not installed (pip install -e ".[bench]")'
             continue
         suites.append((name, module, database))
-    prepare_durable("bench_durable")
-    for repeat in range(args.repeats):
+    if args.skip_main:
+        suites = []
+    else:
+        prepare_durable("bench_durable")
+    for repeat in range(args.repeats if suites else 0):
         for name, module, database in suites:
             print(f"== {name} (repeat {repeat + 1} of {args.repeats}, N={args.n})", flush=True)
             result = run_suite(module, database, args, timeout)
@@ -183,19 +227,25 @@ def main() -> int:
         missing.pop(metric, None)
     targets = report.targets(metrics)
     table = report.markdown(metrics, missing, targets)
+    if metrics:
+        table += "\n\n" + report.django_peers_markdown(metrics, missing)
     print()
     print(table)
+    recorded = {"machine": info, "metrics": metrics, "missing": missing, "targets": targets}
+    recorded.update(run_extras(args))
+    recorded["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     with open(args.json, "w") as fh:
-        json.dump(
-            {"machine": info, "metrics": metrics, "missing": missing, "targets": targets},
-            fh,
-            indent=1,
-        )
+        json.dump(recorded, fh, indent=1, default=str)
         fh.write("\n")
     print(f"\nwrote {os.path.relpath(args.json, ROOT)}")
     if not args.quick and not args.only:
-        report.update_docs(ROOT / "docs" / "benchmarks.md", info, table)
+        docs = ROOT / "docs" / "benchmarks.md"
+        if metrics:
+            report.update_docs(docs, info, table)
+        if "soak" in recorded:
+            plots.soak_curves(recorded["soak"], ROOT / "docs" / "img")
+        report_extras.update_docs(docs, recorded)
     # The smoke test: every metric of ours and of raw PostgreSQL was measured.
     # A checkout without the worker command cannot measure the worker: said, not failed.
     ours_missing = [

@@ -29,6 +29,16 @@ DATABASES = {
 }
 
 DURABLE = {}
+# The soak (bench/soak.py) prunes as production does, on a short retention.
+if os.environ.get("BENCH_RUN_RETENTION_SECONDS"):
+    from datetime import timedelta
+
+    DURABLE["RUN_RETENTION"] = timedelta(seconds=float(os.environ["BENCH_RUN_RETENTION_SECONDS"]))
+    DURABLE["ACTIVITY_RETENTION"] = DURABLE["RUN_RETENTION"]
+if os.environ.get("BENCH_PRUNE_INTERVAL_SECONDS"):
+    from datetime import timedelta
+
+    DURABLE["PRUNE_INTERVAL"] = timedelta(seconds=float(os.environ["BENCH_PRUNE_INTERVAL_SECONDS"]))
 
 LOGGING = {
     "version": 1,

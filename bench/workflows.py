@@ -42,3 +42,36 @@ class BenchBacklog(Workflow):
     @step
     def only(self, ctx):
         return None
+
+
+class ScaleSmall(Workflow):
+    """A workflow with a few keys on a big table (the scale suite's ``list_keys``)."""
+
+    name = "scale_small"
+
+    @step
+    def only(self, ctx):
+        return None
+
+
+class BenchSoak(Workflow):
+    """The soak's traffic: keyed, one step. A completed run keeps its key until it is
+    pruned (``reuse="after_failure"``), so a repeated key is a duplicate whether its
+    holder is still going or done."""
+
+    name = "bench_soak"
+    reuse = "after_failure"
+
+    @step
+    def only(self, ctx):
+        return None
+
+
+class BenchHot(Workflow):
+    """The many-producer suite's traffic: half of the starts on 100 hot keys."""
+
+    name = "bench_hot"
+
+    @step
+    def only(self, ctx):
+        return None
