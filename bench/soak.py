@@ -146,9 +146,9 @@ def produce(rate: float, seconds: float) -> Counter:
     begin = time.monotonic()
     i = 0
     while (elapsed := time.monotonic() - begin) < seconds:
-        due = begin + i / rate
-        if due > time.monotonic():
-            time.sleep(due - time.monotonic())
+        pause = begin + i / rate - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
         if recent and chooser.random() < DUPLICATES:
             key = chooser.choice(recent)
         else:
