@@ -46,7 +46,7 @@ def reset_storage(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_durable", "0005_holder_lookup_has_one_index"),
+        ("django_durable", "0007_priority_and_queues"),
     ]
 
     operations = [
