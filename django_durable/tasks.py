@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured, ObjectDoesNotExist, ValidationError
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -33,13 +31,12 @@ from django.utils.module_loading import import_string
 try:
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued
 except ImportError:  # Django 5.2: the backport package
     try:
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
         from django_tasks.signals import task_enqueued
     except ImportError as exc:
@@ -209,14 +206,6 @@ def _find_task_workflow(name: str) -> None:
 registry.add_finder(_find_task_workflow)
 
 
-def _start_accepts(option: str) -> bool:
-    """Whether ``durable.start`` takes ``option`` (``run_after``, ``priority``, ``queue``).
-    Before the app registry is ready nothing can be asked; ``enqueue()`` asks again."""
-    if not apps.ready:
-        return True
-    return option in inspect.signature(durable.start_detailed).parameters
-
-
 def _json(value: Any, what: str) -> Any:
     try:
         return json.loads(json.dumps(value))
@@ -243,22 +232,14 @@ class DurableBackend(BaseTaskBackend):
         if "QUEUES" not in params:
             self.queues = set()  # any queue: durable workers serve whatever they are told
 
-    @property
-    def supports_defer(self) -> bool:  # type: ignore[override]
-        return _start_accepts("run_after")
-
-    @property
-    def supports_priority(self) -> bool:  # type: ignore[override]
-        return _start_accepts("priority")
+    supports_defer = True
+    supports_priority = True
 
     def validate_task(self, task: Task) -> None:
         super().validate_task(task)
-        workflow = workflow_for(task)
-        if task.queue_name != workflow.queue and not _start_accepts("queue"):
-            raise InvalidTask(
-                f"this django-durable runs {task.module_path} on its declared queue "
-                f"{workflow.queue!r}; it cannot move it to {task.queue_name!r}"
-            )
+        # Registered when the task is defined, so a worker that imports the task's
+        # module (the registry's finder does) knows its workflow.
+        workflow_for(task)
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
         """Start a run of the task's workflow; a duplicate key returns the holder's result."""
@@ -271,8 +252,7 @@ class DurableBackend(BaseTaskBackend):
             start_options["key"] = options.key(*args, **kwargs)
         if task.run_after is not None:
             start_options["run_after"] = task.run_after
-        if _start_accepts("priority"):
-            start_options["priority"] = task.priority
+        start_options["priority"] = task.priority
         if task.queue_name != workflow.queue:
             start_options["queue"] = task.queue_name
         started = durable.start_detailed(workflow, payload, **start_options)

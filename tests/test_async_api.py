@@ -144,18 +144,12 @@ def test_an_atomic_block_goes_in_a_sync_function_awaited_whole():
     assert not Run.objects.filter(key="a:6").exists()
 
 
-@pytest.mark.skipif(
-    not hasattr(durable, "start_many"), reason="durable.start_many is not in this version yet"
-)
 def test_astart_many_follows_start_many():
     results = async_to_sync(durable.astart_many)("sync_account", [({"n": 1}, "m:1"), ({}, "m:1")])
     assert [r.outcome for r in results] == ["started", "use_existing"]
     assert results[0].run_id == results[1].run_id
 
 
-@pytest.mark.skipif(
-    not hasattr(durable, "explain"), reason="durable.explain is not in this version yet"
-)
 def test_aexplain_writes_nothing():
     run_id = durable.start("sync_account", {}, key="e:1")
     explanation = async_to_sync(durable.aexplain)("sync_account", {}, key="e:1")

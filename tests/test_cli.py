@@ -156,9 +156,6 @@ def test_provide_input_takes_json_and_is_refused_when_nothing_waits():
 # --- explain, stats, queues ---------------------------------------------------------
 
 
-@pytest.mark.skipif(
-    not hasattr(durable, "explain"), reason="durable.explain is not in this version yet"
-)
 def test_explain_says_what_a_start_would_do():
     holder = durable.start("sync_account", {}, key="k:explain")
     code, out, _ = durable_cmd("explain", "sync_account", "--key", "k:explain", "--json")
@@ -170,12 +167,6 @@ def test_explain_says_what_a_start_would_do():
     code, _, _ = durable_cmd("explain", "sync_account", "--on-duplicate", "whatever")
     assert code == 2
     assert Run.objects.count() == 1
-
-
-@pytest.mark.skipif(hasattr(durable, "explain"), reason="durable.explain exists")
-def test_explain_is_refused_while_this_version_has_no_explain():
-    code, _, err = durable_cmd("explain", "sync_account", "--key", "k:1")
-    assert code == 1 and "durable.explain is not available" in err
 
 
 def test_explain_bad_input_is_bad_usage():
@@ -195,12 +186,6 @@ def test_stats_counts_statuses_and_key_readds():
     assert code == 0 and "keys held" in out and "use_existing" in out
 
 
-QUEUE_API = all(hasattr(durable, n) for n in ("queue_stats", "pause_queue", "resume_queue"))
-
-
-@pytest.mark.skipif(
-    not QUEUE_API, reason="durable.queue_stats/pause_queue/resume_queue are not in this version"
-)
 def test_queues_pause_and_resume():
     durable.start("sync_account", {})
     assert durable_cmd("pause", "default")[0] == 0
@@ -210,13 +195,6 @@ def test_queues_pause_and_resume():
     assert durable_cmd("resume", "default")[0] == 0
     code, out, _ = durable_cmd("queues")
     assert code == 0 and "default" in out
-
-
-@pytest.mark.skipif(QUEUE_API, reason="the queue API exists")
-def test_queue_commands_are_refused_while_this_version_has_no_queue_api():
-    for args in (("queues",), ("pause", "default"), ("resume", "default")):
-        code, _, err = durable_cmd(*args)
-        assert code == 1 and "is not available in this version" in err
 
 
 # --- usage ------------------------------------------------------------------------

@@ -4,7 +4,6 @@ The same tests run on Django 6 (django.tasks) and on 5.2 (the django-tasks backp
 the task functions in tests/testapp/tasks.py import whichever is there.
 """
 
-import inspect
 from datetime import timedelta
 
 import pytest
@@ -16,7 +15,6 @@ import django_durable as durable
 from django_durable.models import Run, Status
 from django_durable.tasks import (
     DurableBackend,
-    InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
     durable_task,
@@ -28,8 +26,6 @@ from tests.testapp import tasks
 from tests.worker_processes import WorkerPool
 
 pytestmark = pytest.mark.django_db
-
-START_OPTIONS = set(inspect.signature(durable.start_detailed).parameters)
 
 
 def test_the_configured_backend_is_durable():
@@ -183,9 +179,6 @@ def test_run_statuses_map_to_task_statuses():
     }
 
 
-@pytest.mark.skipif(
-    "run_after" not in START_OPTIONS, reason="durable.start(run_after=) is not in this version yet"
-)
 def test_run_after_delays_the_run():
     later = timezone.now() + timedelta(hours=1)
     result = tasks.add.using(run_after=later).enqueue(1, 2)
@@ -193,30 +186,8 @@ def test_run_after_delays_the_run():
     assert drain() == 0
 
 
-@pytest.mark.skipif(
-    "priority" not in START_OPTIONS, reason="durable.start(priority=) is not in this version yet"
-)
 def test_priority_is_the_runs_priority():
     low = tasks.add.using(priority=-5).enqueue(1, 1)
     high = tasks.add.using(priority=50).enqueue(2, 2)
     assert durable.get_run(high.id).priority == 50
     assert durable.get_run(low.id).priority == -5
-
-
-def test_without_start_options_the_backend_refuses_what_it_cannot_honour():
-    """Until start() takes run_after/priority/queue, a task asking for them is refused."""
-    if {"run_after", "priority", "queue"} <= START_OPTIONS:
-        later = timezone.now() + timedelta(hours=1)
-        assert tasks.add.using(run_after=later, priority=3, queue_name="emails")
-        return
-    refused = []
-    for option, change in [
-        ("run_after", {"run_after": timezone.now() + timedelta(hours=1)}),
-        ("priority", {"priority": 3}),
-        ("queue", {"queue_name": "emails"}),
-    ]:
-        if option not in START_OPTIONS:
-            with pytest.raises(InvalidTask):
-                tasks.add.using(**change)
-            refused.append(option)
-    assert refused

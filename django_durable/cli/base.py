@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -73,14 +73,6 @@ def answering() -> Iterator[None]:
         raise bad_usage(str(exc)) from exc
     except ValidationError as exc:
         raise bad_usage("; ".join(exc.messages)) from exc
-
-
-def public(name: str) -> Callable:
-    """``durable.<name>``, or a refusal naming it while this version lacks it."""
-    try:
-        return getattr(durable, name)
-    except AttributeError:
-        raise refused(f"durable.{name} is not available in this version") from None
 
 
 def emit_json(out: OutputWrapper, value: Any) -> None:

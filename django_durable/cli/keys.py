@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import django_durable as durable
 from django_durable import query
 from django_durable import stats as key_stats
-from django_durable.cli.base import answering, emit_json, json_value, pairs, public, table
+from django_durable.cli.base import answering, emit_json, json_value, pairs, table
 
 
 def add_parsers(commands) -> None:
@@ -23,9 +24,8 @@ def add_parsers(commands) -> None:
 
 
 def explain(options, out, err) -> None:
-    explain_start = public("explain")
     with answering():
-        answer = explain_start(
+        answer = durable.explain(
             options["workflow"],
             options["input"],
             key=options["key"],

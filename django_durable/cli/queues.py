@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django_durable.cli.base import answering, emit_json, public, table
+import django_durable as durable
+from django_durable.cli.base import answering, emit_json, table
 
 COLUMNS = ("queue", "paused", "pending", "due", "running", "waiting", "oldest_due_seconds")
 
@@ -22,9 +23,8 @@ def add_parsers(commands) -> None:
 
 
 def queues(options, out, err) -> None:
-    queue_stats = public("queue_stats")
     with answering():
-        rows = queue_stats()
+        rows = durable.queue_stats()
     if options["json"]:
         emit_json(out, rows)
     elif rows:
@@ -34,14 +34,12 @@ def queues(options, out, err) -> None:
 
 
 def pause(options, out, err) -> None:
-    pause_queue = public("pause_queue")
     with answering():
-        pause_queue(options["queue"])
+        durable.pause_queue(options["queue"])
     out.write(f"queue {options['queue']!r} paused")
 
 
 def resume(options, out, err) -> None:
-    resume_queue = public("resume_queue")
     with answering():
-        resume_queue(options["queue"])
+        durable.resume_queue(options["queue"])
     out.write(f"queue {options['queue']!r} resumed")

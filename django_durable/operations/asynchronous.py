@@ -25,9 +25,9 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-import django_durable
 from django_durable.models import Run
-from django_durable.operations import runs
+from django_durable.operations import batch, runs
+from django_durable.operations import explain as explaining
 from django_durable.operations import start as starting
 
 __all__ = [
@@ -65,12 +65,12 @@ async def astart_many(
     workflow: Any, items: Iterable[tuple[dict | None, str | None]], **options: Any
 ) -> list[starting.StartResult]:
     """``start_many()`` for async code. ``items`` is read in the sync thread too."""
-    return await _in_sync_thread(_public("start_many"))(workflow, items, **options)
+    return await _in_sync_thread(batch.start_many)(workflow, items, **options)
 
 
 async def aexplain(workflow: Any, input: dict | None = None, **options: Any) -> Any:
     """``explain()`` for async code: what a start would do now, writing nothing."""
-    return await _in_sync_thread(_public("explain"))(workflow, input, **options)
+    return await _in_sync_thread(explaining.explain)(workflow, input, **options)
 
 
 async def aretry(run_id: uuid.UUID | str) -> uuid.UUID:
@@ -108,13 +108,3 @@ async def aprovide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None
 async def aget_run(run_id: uuid.UUID | str) -> Run:
     """``get_run()`` for async code; ``Run.DoesNotExist`` if there is none."""
     return await _in_sync_thread(runs.get_run)(run_id)
-
-
-def _public(name: str):
-    """The package's public ``name``; a clear error while this version lacks it."""
-    try:
-        return getattr(django_durable, name)
-    except AttributeError:
-        raise NotImplementedError(
-            f"django_durable.{name} is not available in this version, so a{name} isn't either"
-        ) from None
