@@ -47,6 +47,7 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
         created_at=at,
         due_at=at,
         timeout_at=at + workflow.timeout if workflow.timeout else None,
+        step_names=workflow.step_names(),
     )
     for name, value in fields.items():
         setattr(run, name, value)
@@ -102,6 +103,7 @@ def start_detailed(
     return start_run(definition, payload, key, policy)
 
 
+@store.retry_deadlocks  # PostgreSQL broke a deadlock by aborting this start: start again
 def start_run(
     workflow: type[Workflow],
     payload: dict,

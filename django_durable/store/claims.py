@@ -42,7 +42,11 @@ RECURSIVE served(name) AS (
 # which would lock rows the LIMIT then drops; the UPDATE takes the picked rows by
 # primary key (an array of ids: a plan that cannot turn into a scan of the table,
 # whatever a generic plan guesses of how many were picked). The lock lasts only
-# this statement.
+# this statement. Due and lease times are the database's clock (statement_timestamp(),
+# not now(): a caller's transaction does not stop it), so a
+# worker whose own clock is off neither claims early nor sets a short lease; and a
+# worker claims only runs of the workflows it knows (%(workflows)s; NULL: any), so a
+# worker running older code leaves a new workflow's runs to one that has it.
 # A claimed compensating run stays compensating (cancel() keeps refusing it) and
 # stops being due while it is owned; the fence grows, so the previous owner's late
 # writes no longer match.
@@ -57,7 +61,8 @@ picked AS MATERIALIZED (
         SELECT id, due_at FROM durable_run
         WHERE queue = served.name
           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-          AND due_at <= %(now)s
+          AND due_at <= statement_timestamp()
+          AND (%(workflows)s::text[] IS NULL OR workflow = ANY (%(workflows)s::text[]))
         ORDER BY due_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -70,9 +75,9 @@ UPDATE durable_run SET
     status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
     due_at = CASE WHEN status = 'compensating' THEN NULL ELSE durable_run.due_at END,
     worker_id = %(worker_id)s,
-    lease_expires_at = %(lease_expires_at)s,
+    lease_expires_at = statement_timestamp() + %(lease)s,
     fence = fence + 1,
-    started_at = COALESCE(started_at, %(now)s)
+    started_at = COALESCE(started_at, statement_timestamp())
 WHERE durable_run.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.status,
     durable_run.input, durable_run.context, durable_run.result, durable_run.error,
@@ -80,7 +85,8 @@ RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.s
     durable_run.parent_id, durable_run.step_index, durable_run.attempt,
     durable_run.due_at, durable_run.timeout_at, durable_run.debounce_deadline,
     durable_run.waiting_for, durable_run.state, durable_run.worker_id,
-    durable_run.lease_expires_at, durable_run.fence, durable_run.created_at,
+    durable_run.lease_expires_at, durable_run.fence, durable_run.recoveries,
+    durable_run.step_names, durable_run.created_at,
     durable_run.started_at, durable_run.finished_at
 """
 )
@@ -101,6 +107,7 @@ WHERE id IN (
     WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
       AND due_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
+      AND (%(workflows)s IS NULL OR workflow IN (SELECT value FROM json_each(%(workflows)s)))
     ORDER BY due_at
     LIMIT %(limit)s
 )
@@ -150,6 +157,8 @@ CLAIMED_COLUMNS = (
     "worker_id",
     "lease_expires_at",
     "fence",
+    "recoveries",
+    "step_names",
     "created_at",
     "started_at",
     "finished_at",
@@ -157,22 +166,27 @@ CLAIMED_COLUMNS = (
 
 
 def claim(
-    *, worker_id: str, queues: Sequence[str] | None, limit: int, lease: timedelta
+    *,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    lease: timedelta,
+    workflows: Sequence[str] | None = None,
 ) -> list[Run]:
-    """Claim up to ``limit`` due runs of ``queues`` (None: every queue), oldest due
-    first, in one statement (CLAIM, or CLAIM_SQLITE)."""
+    """Claim up to ``limit`` due runs of ``queues`` (None: every queue) and of
+    ``workflows`` (None: any), oldest due first, in one statement (CLAIM, or
+    CLAIM_SQLITE)."""
     at = now()
-    params = {
-        "worker_id": worker_id,
-        "lease_expires_at": at + lease,
-        "now": at,
-        "limit": limit,
-    }
+    params: dict = {"worker_id": worker_id, "limit": limit}
     if is_postgres():
+        params["lease"] = lease
         params["queues"] = list(queues) if queues else None
+        params["workflows"] = None if workflows is None else list(workflows)
         rows = fetchall(CLAIM, params)
         runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
     else:  # SQLite needs the backend's own datetime conversions: the ORM applies them
+        params.update(now=at, lease_expires_at=at + lease)
+        params["workflows"] = None if workflows is None else json.dumps(list(workflows))
         params["queues"] = json.dumps(list(queues)) if queues else None
         runs = list(Run.objects.raw(CLAIM_SQLITE, params))
     runs.sort(key=lambda r: (r.due_at or at, r.created_at))
