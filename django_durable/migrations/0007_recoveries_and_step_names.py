@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_durable', '0005_holder_lookup_has_one_index'),
+        ('django_durable', '0006_step_attempt_logs'),
     ]
 
     operations = [

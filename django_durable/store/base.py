@@ -141,11 +141,7 @@ def retry_deadlocks(fn):
             try:
                 return fn(*args, **kwargs)
             except OperationalError as exc:
-                if (
-                    attempt == DEADLOCK_ATTEMPTS
-                    or not is_deadlock(exc)
-                    or db().in_atomic_block
-                ):
+                if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc) or db().in_atomic_block:
                     raise
             time.sleep(random.uniform(0.001, 0.01 * attempt))
         raise AssertionError("unreachable")
