@@ -162,7 +162,7 @@ class Steps3(Workflow):
         return "done"
 
 
-if not os.environ.get("DURABLE_TEST_OLD_CODE"):
+if not os.environ.get("DURABLE_OLD_CODE"):
     # A workflow that a worker running the previous release does not have.
 
     class AddedInThisRelease(Workflow):
