@@ -7,7 +7,7 @@ import signal
 import pytest
 
 import django_durable as durable
-from django_durable.models import Run, Status
+from django_durable.models import Run, Status, StepAttempt
 from tests.testapp.models import Execution
 from tests.worker_processes import WorkerPool, wait_until
 
@@ -77,3 +77,41 @@ def test_an_old_worker_leaves_a_new_workflows_runs_to_a_new_worker(workers):
         proc.send(signal.SIGTERM)
     assert [old.wait(30), new.wait(30)] == [0, 0]
     assert os.environ.get("DURABLE_OLD_CODE") is None
+
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def skewed(offset: str) -> dict[str, str]:
+    """libfaketime in the worker process only: its clock is ``offset`` off."""
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not os.path.exists(LIBFAKETIME), reason="Debian's faketime is not installed")
+def test_workers_whose_clocks_are_a_minute_off_take_no_live_run(workers):
+    procs = [
+        workers.start("--concurrency", "2", **SHORT_LEASE),
+        workers.start("--concurrency", "2", extra_env=skewed("+60s"), **SHORT_LEASE),
+        workers.start("--concurrency", "2", extra_env=skewed("-60s"), **SHORT_LEASE),
+    ]
+    for proc in procs:
+        proc.wait_for_output("serves", timeout=60)
+    run_ids = [durable.start("steps_3", key=f"skew:{n}") for n in range(150)]
+    wait_until(
+        lambda: Run.objects.filter(id__in=run_ids, status=Status.COMPLETED).count() == 150,
+        180,
+        "150 completed runs",
+        interval=0.5,
+    )
+    # No lease was judged expired (no run taken from a live worker), no step ran twice.
+    assert not Run.objects.filter(recoveries__gt=0).exists()
+    assert Execution.objects.count() == 450
+    repeated = Execution.objects.values("run_id", "step").distinct().count()
+    assert repeated == 450
+    # The skewed workers did claim runs: three workers recorded steps.
+    workers_seen = StepAttempt.objects.values_list("worker_id", flat=True).distinct()
+    assert len(set(workers_seen)) == 3
+    for proc in procs:
+        proc.send(signal.SIGTERM)
+    assert [proc.wait(60) for proc in procs] == [0, 0, 0]
