@@ -104,7 +104,8 @@ class Worker:
         self.outage = leases.Outage(self.worker_id)
         # The workflows this process has the code of: it claims only their runs, so a
         # worker running older code leaves a new workflow's runs to one that knows it.
-        self.workflows = sorted(w.name for w in registry.all())
+        served = registry.served()
+        self.workflows, self.prefixes = served if served else (None, [])
 
         self._lock = threading.Lock()
         self._run_ready = threading.Condition(self._lock)  # threads wait for a claimed run
@@ -164,8 +165,8 @@ class Worker:
             "worker %s serves %d workflow(s): %s (runs of other workflows wait for a "
             "worker that has their code)",
             self.worker_id,
-            len(self.workflows),
-            ", ".join(self.workflows) or "(none)",
+            len(self.workflows or ()),
+            ", ".join([*(self.workflows or ["(any)"]), *(p + "*" for p in self.prefixes)]),
         )
         for thread in threads:
             thread.start()
@@ -213,6 +214,7 @@ class Worker:
             limit=limit,
             lease=self.lease,
             workflows=self.workflows,
+            prefixes=self.prefixes,
         )
 
     def held(self) -> list[Held]:

@@ -62,7 +62,8 @@ picked AS MATERIALIZED (
         WHERE queue = served.name
           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
           AND due_at <= statement_timestamp()
-          AND (%(workflows)s::text[] IS NULL OR workflow = ANY (%(workflows)s::text[]))
+          AND (%(workflows)s::text[] IS NULL OR workflow = ANY (%(workflows)s::text[])
+               OR workflow LIKE ANY (%(prefixes)s::text[]))
         ORDER BY due_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -107,7 +108,9 @@ WHERE id IN (
     WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
       AND due_at <= %(now)s
       AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
-      AND (%(workflows)s IS NULL OR workflow IN (SELECT value FROM json_each(%(workflows)s)))
+      AND (%(workflows)s IS NULL OR workflow IN (SELECT value FROM json_each(%(workflows)s))
+           OR EXISTS (SELECT 1 FROM json_each(%(prefixes)s) AS p
+                      WHERE substr(workflow, 1, length(p.value)) = p.value))
     ORDER BY due_at
     LIMIT %(limit)s
 )
@@ -172,21 +175,24 @@ def claim(
     limit: int,
     lease: timedelta,
     workflows: Sequence[str] | None = None,
+    prefixes: Sequence[str] = (),
 ) -> list[Run]:
     """Claim up to ``limit`` due runs of ``queues`` (None: every queue) and of
-    ``workflows`` (None: any), oldest due first, in one statement (CLAIM, or
-    CLAIM_SQLITE)."""
+    ``workflows`` (None: any) or of names starting with one of ``prefixes``, oldest
+    due first, in one statement (CLAIM, or CLAIM_SQLITE)."""
     at = now()
     params: dict = {"worker_id": worker_id, "limit": limit}
     if is_postgres():
         params["lease"] = lease
         params["queues"] = list(queues) if queues else None
         params["workflows"] = None if workflows is None else list(workflows)
+        params["prefixes"] = [p.replace("%", r"\%").replace("_", r"\_") + "%" for p in prefixes]
         rows = fetchall(CLAIM, params)
         runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
     else:  # SQLite needs the backend's own datetime conversions: the ORM applies them
         params.update(now=at, lease_expires_at=at + lease)
         params["workflows"] = None if workflows is None else json.dumps(list(workflows))
+        params["prefixes"] = json.dumps(list(prefixes))
         params["queues"] = json.dumps(list(queues)) if queues else None
         runs = list(Run.objects.raw(CLAIM_SQLITE, params))
     runs.sort(key=lambda r: (r.due_at or at, r.created_at))

@@ -189,12 +189,25 @@ class Registry:
     def __init__(self):
         self._by_name: dict[str, type[Workflow]] = {}
         self._finders: list[Callable[[str], object]] = []
+        self._found_prefixes: list[str] | None = []
 
-    def add_finder(self, finder: Callable[[str], object]) -> None:
+    def add_finder(self, finder: Callable[[str], object], *, prefix: str | None = None) -> None:
         """Call ``finder(name)`` for a name nobody registered yet, so it can import the
-        module that defines it (the tasks backend's workflows live with their tasks)."""
+        module that defines it (the tasks backend's workflows live with their tasks).
+        ``prefix``: the names it finds start with it (None: it may find any name)."""
         if finder not in self._finders:
             self._finders.append(finder)
+            if prefix is None or self._found_prefixes is None:
+                self._found_prefixes = None
+            else:
+                self._found_prefixes.append(prefix)
+
+    def served(self) -> tuple[list[str], list[str]] | None:
+        """What a worker can run: the registered names and the prefixes of the names
+        finders find; None when a finder may find any name."""
+        if self._found_prefixes is None:
+            return None
+        return sorted(self._by_name), list(self._found_prefixes)
 
     def register(self, workflow: type[Workflow]) -> None:
         existing = self._by_name.get(workflow.name)
