@@ -49,6 +49,15 @@ def check_settings(app_configs=None, **kwargs):
                 "DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005"
             )
         )
+    for name, least in (("MAX_RECOVERIES", 0), ("MAX_VALUE_BYTES", 1)):
+        value = values[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            errors.append(
+                Error(
+                    f"DURABLE[{name!r}] must be a whole number >= {least}.",
+                    id="django_durable.E015",
+                )
+            )
     if not errors and values["HEARTBEAT_INTERVAL"] * 2 > values["LEASE"]:
         errors.append(
             Error(

@@ -24,6 +24,12 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": timedelta(seconds=5),
     # How often an idle worker looks for due runs when no NOTIFY arrives.
     "POLL_INTERVAL": timedelta(seconds=1),
+    # How often a run's worker may be lost (killed, its lease expired, its database
+    # connection dropped mid-step) before the run fails instead of running again.
+    "MAX_RECOVERIES": 3,
+    # The largest JSON value a step may record (its result, the run's context), in
+    # bytes of JSON text; a larger one is a failed attempt of the step.
+    "MAX_VALUE_BYTES": 1024 * 1024,
     # How long a stopping worker lets running steps finish before handing them back.
     "SHUTDOWN_GRACE": timedelta(seconds=30),
     # Rows deleted per statement when pruning.

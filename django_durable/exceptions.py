@@ -91,3 +91,24 @@ class ParallelFailed(ChildFailed):
 
     def __reduce__(self):
         return (type(self), (self.outcomes, str(self)))
+
+
+class NonRetryable(DurableError):
+    """Raised by a step to fail it at once: no further attempt, whatever its ``retries``."""
+
+
+class StepTimeout(DurableError):
+    """An attempt of a step ran past the step's ``timeout``; it counts as a failed attempt."""
+
+
+class RunTimedOut(Cancelled):
+    """Raised inside a step (by ``ctx.heartbeat()``) when the run passed its ``timeout``
+    or the attempt passed its step's ``timeout``: the step should stop; the attempt
+    ends as failed and nothing it returns is recorded."""
+
+
+class DefinitionChanged(DurableError):
+    """The run's next step is not the step it was started with (the workflow's code
+    changed under it: a step removed, renamed or moved). The run fails instead of
+    running a different step; ``retry()`` resumes it once a matching definition is
+    deployed."""

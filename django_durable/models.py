@@ -109,6 +109,14 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.PositiveIntegerField(default=0)
+    # How often the run's worker was lost while it ran (its lease expired, its database
+    # connection dropped mid-step); past DURABLE["MAX_RECOVERIES"] the run fails.
+    # Database defaults too: a process running the previous version inserts runs
+    # without these columns during a rolling deploy.
+    recoveries = models.PositiveIntegerField(default=0, db_default=0)
+    # The names of the workflow's steps when the run started: a run resumes only into
+    # the step it was in (durable.DefinitionChanged otherwise). Empty: not recorded.
+    step_names = models.JSONField(default=list, db_default=[], blank=True)
 
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,9 @@ recorded for them):
 - ``children``: the ids of the child runs each call started, by
   ``"<step index>:<call number>"``, and ``awaiting``: the runs the step waits for
   (``ids``, ``mode``);
+- ``starts``: the id of the run each ``ctx.start`` call started (or was answered
+  with), by ``"<step index>:<call number>"``, so the call starts nothing new when
+  the step runs again;
 - ``compensation``: the steps still to undo (``pending``, step indexes in the
   order to undo them) and the step that failed (``failed_step``).
 
@@ -33,12 +36,14 @@ __all__ = [
     "has_children",
     "received",
     "recorded_children",
+    "recorded_start",
     "resume",
     "slot_of",
     "suspended",
     "with_awaiting",
     "with_children",
     "with_compensation",
+    "with_start",
     "without_compensated",
 ]
 
@@ -64,7 +69,7 @@ def between_steps(state: dict | None) -> dict:
     (one per name for the whole run), and so do the children each call started, so a
     retried step finds the children that completed instead of starting them again."""
     state = state or {}
-    return {name: state[name] for name in ("received", "children") if state.get(name)}
+    return {name: state[name] for name in ("received", "children", "starts") if state.get(name)}
 
 
 def suspended(state: dict | None, waits: list, wait, kept_payload: Any = None) -> dict:
@@ -118,6 +123,17 @@ def with_children(state: dict | None, call_key: str, ids: list, mode: str) -> di
     new = dict(state or {})
     new["children"] = {**(new.get("children") or {}), call_key: [str(i) for i in ids]}
     return with_awaiting(new, ids, mode)
+
+
+def recorded_start(state: dict | None, call_key: str) -> str | None:
+    return ((state or {}).get("starts") or {}).get(call_key)
+
+
+def with_start(state: dict | None, call_key: str, run_id) -> dict:
+    """A ``ctx.start`` call started (or was answered by) ``run_id``."""
+    new = dict(state or {})
+    new["starts"] = {**(new.get("starts") or {}), call_key: str(run_id)}
+    return new
 
 
 def awaiting(state: dict | None) -> dict:

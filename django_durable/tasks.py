@@ -203,7 +203,7 @@ def _find_task_workflow(name: str) -> None:
         import_string(name[len(PREFIX) :])
 
 
-registry.add_finder(_find_task_workflow)
+registry.add_finder(_find_task_workflow, prefix=PREFIX)
 
 
 def _json(value: Any, what: str) -> Any:

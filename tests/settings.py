@@ -95,6 +95,8 @@ for _setting, _variable in [
 ]:
     if os.environ.get(_variable):
         DURABLE[_setting] = timedelta(seconds=float(os.environ[_variable]))
+if os.environ.get("DURABLE_MAX_RECOVERIES"):
+    DURABLE["MAX_RECOVERIES"] = int(os.environ["DURABLE_MAX_RECOVERIES"])
 
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2).
 TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}

@@ -179,7 +179,7 @@ def test_an_expired_compensation_lease_is_recovered_still_compensating():
     Run.objects.filter(id=run_id).update(due_at=store.now())
     store.claim(worker_id="dead", queues=None, limit=1, lease=timedelta(seconds=30))
     Run.objects.filter(id=run_id).update(lease_expires_at=store.now() - timedelta(seconds=1))
-    assert run_id in store.recover_expired_leases()
+    assert run_id in store.recover_expired_leases(3).ids
     run = durable.get_run(run_id)
     assert run.status == "compensating" and run.worker_id is None and run.due_at is not None
     assert run.holds_key

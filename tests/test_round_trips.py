@@ -36,6 +36,9 @@ class Statements:
 
 def record(fn):
     statements = Statements()
+    # A connection reads the database's clock once, when it opens (store.base.now):
+    # not a round trip of the paths measured here.
+    connection.ensure_connection()
     with connection.execute_wrapper(statements):
         result = fn()
     return result, statements

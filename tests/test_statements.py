@@ -4,6 +4,7 @@ Django's cursor: what an APM or the debug toolbar hooks sees each one."""
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.backends.utils import CursorWrapper
 
 import django_durable as durable
@@ -58,6 +59,7 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
     """With DEBUG off, each hot path's statements all pass through Django's cursor:
     as many as tests/test_round_trips.py pins."""
     settings.DEBUG = False
+    connection.ensure_connection()  # its clock offset is read when it opens (store.base.now)
     hook = ClassLevelHook(monkeypatch)
     holder = []
     assert hook.count(lambda: holder.append(durable.start(SyncAccount, key="acct:apm"))) == 1

@@ -148,7 +148,7 @@ def test_a_worker_whose_run_was_recovered_elsewhere_cannot_record():
     run_id = durable.start(Noop)
     (stale,) = store.claim(worker_id="late", queues=None, limit=1, lease=LEASE)
     expire_lease(run_id)
-    assert store.recover_expired_leases() == [run_id]
+    assert store.recover_expired_leases(3).resumed == [run_id]
     (fresh,) = store.claim(worker_id="new-owner", queues=None, limit=1, lease=LEASE)
     assert (stale.fence, fresh.fence) == (1, 2)
 

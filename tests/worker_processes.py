@@ -83,7 +83,11 @@ class WorkerPool:
         self.tmp_path = tmp_path
         self.started: list[WorkerProcess] = []
 
-    def start(self, *args: str, **settings: float | str) -> WorkerProcess:
+    def start(
+        self, *args: str, extra_env: dict[str, str] | None = None, **settings: float | str
+    ) -> WorkerProcess:
+        """A worker with ``args``; ``settings`` become ``DURABLE_<NAME>`` variables,
+        ``extra_env`` is added as is (e.g. libfaketime's, for this process only)."""
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -93,6 +97,7 @@ class WorkerPool:
         }
         for name, value in settings.items():
             env[f"DURABLE_{name.upper()}"] = str(value)
+        env.update(extra_env or {})
         log_path = self.tmp_path / f"worker-{len(self.started)}.log"
         worker = WorkerProcess(list(args), env, log_path)
         self.started.append(worker)

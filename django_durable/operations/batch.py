@@ -116,6 +116,7 @@ def _start_batch(definition, policy, pairs, sent, results, alone, taken) -> None
         priority=definition.priority,
         due_at=at,
         timeout_at=at + definition.timeout if definition.timeout else None,
+        step_names=definition.step_names(),
         items=[(run_id, *pairs[n]) for run_id, n in zip(ids, sent, strict=True)],
     )
     duplicates = []

@@ -33,7 +33,7 @@ from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
 from django_durable.operations.start import start_run
 from django_durable.workflows.context import Suspend
-from django_durable.workflows.definition import Workflow, registry
+from django_durable.workflows.definition import Workflow, registry, validate_on_duplicate
 
 logger = logging.getLogger("django_durable.operations.children")
 
@@ -101,6 +101,44 @@ def _branch_specs(branches: Sequence) -> list[tuple[type[Workflow], dict, None]]
         workflow, payload = branch if isinstance(branch, tuple) else (branch, None)
         specs.append((registry.resolve(workflow), inputs.validate_input(payload), None))
     return specs
+
+
+def start_from_step(
+    ctx,
+    workflow: type[Workflow] | str,
+    input: dict | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: str | tuple[str, str] | None = None,
+) -> uuid.UUID:
+    """``ctx.start``: start another run (not a child: nothing waits for it, and it
+    outlives this one) and return its id, at most once per call of the step.
+
+    The id is recorded in the run's state under ``"<step index>:<call number>"`` in
+    the transaction that starts it, so the same call in a step that runs again
+    (after a wait, a retry, a lost worker) returns it and starts nothing.
+    """
+    definition = registry.resolve(workflow)
+    payload = inputs.validate_input(input)
+    key = keys.validate_key(key)
+    policy = definition.on_duplicate
+    if on_duplicate is not None:
+        policy = validate_on_duplicate(on_duplicate, "ctx.start()")
+    run: Run = ctx._run
+    call_no = getattr(ctx, "_durable_start_calls", 0)
+    ctx._durable_start_calls = call_no + 1
+    call_key = f"{run.step_index}:{call_no}"
+    recorded = run_state.recorded_start(run.state, call_key)
+    if recorded is not None:
+        return uuid.UUID(recorded)
+    with store.atomic():
+        state = store.lock_owned_state(run)
+        recorded = run_state.recorded_start(state, call_key)
+        if recorded is not None:
+            return uuid.UUID(recorded)
+        started = start_run(definition, payload, key, policy).run_id
+        store.save_owned_state(run, run_state.with_start(state, call_key, started))
+    return started
 
 
 # --- waiting for children ------------------------------------------------------------

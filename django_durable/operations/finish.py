@@ -86,6 +86,7 @@ def cancel_runs(ids, reason: str) -> list[uuid.UUID]:
     return cancelled
 
 
+@store.retry_deadlocks
 def promote_waiting(workflow_name: str, key: str) -> None:
     """If a ``run_again`` run waits behind a key whose holder has finished, move it on.
 
@@ -94,10 +95,11 @@ def promote_waiting(workflow_name: str, key: str) -> None:
     in between.
     """
     with store.atomic():
+        # The store's lock order: the holder first, then the run waiting behind it.
+        holder = store.get_holder(workflow_name, key, lock=True)
         waiting = store.get_waiting_behind(workflow_name, key, lock=True)
         if waiting is None:
             return
-        holder = store.get_holder(workflow_name, key, lock=True)
         if holder is not None and holder.status not in FINISHED_STATUSES:
             if waiting.runs_after_id != holder.id:
                 store.wait_behind(waiting.id, holder.id)

@@ -1,9 +1,22 @@
-"""Checking what callers pass in, before anything is written."""
+"""Checking what callers pass in, before anything is written.
+
+Every value is checked by ``workflows.values.check_json`` (``TypeError`` for what
+is not JSON; ``ValueError`` for NUL or a lone surrogate anywhere in it, for
+nesting past ``values.MAX_DEPTH``), and names and ``by`` are short strings
+(``ValueError``), so the database never refuses what a call accepted.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from django_durable.workflows.values import check_json, check_text
+
+# An event's or an input's name: the column's length (Event.name).
+MAX_NAME_CHARS = 200
+# ``release_key(by=...)``: who released the key, kept in the activity row.
+MAX_BY_CHARS = 200
 
 
 def validate_input(value: Any) -> dict:
@@ -12,16 +25,32 @@ def validate_input(value: Any) -> dict:
         return {}
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    try:
-        # Round-trip so the stored input is exactly what a reader gets back.
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"input must be JSON-serialisable: {exc}") from None
+    check_json(value, "input")
+    # Round-trip so the stored input is exactly what a reader gets back.
+    return json.loads(json.dumps(value, allow_nan=False))
 
 
 def validate_payload(value: Any, what: str) -> Any:
     """A JSON value (an event payload, an input's value), as a reader gets it back."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
+    check_json(value, what)
+    return json.loads(json.dumps(value, allow_nan=False))
+
+
+def validate_name(name: Any, kind: str) -> str:
+    """An event's or an input's name: a non-empty string of at most 200 characters."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
+    if len(name) > MAX_NAME_CHARS:
+        raise ValueError(f"{kind} names are at most {MAX_NAME_CHARS} characters, got {len(name)}")
+    return check_text(name, f"the {kind} name")
+
+
+def validate_by(by: Any) -> str | None:
+    """``release_key(by=...)``: ``None`` or a string of at most 200 characters."""
+    if by is None:
+        return None
+    if not isinstance(by, str):
+        raise ValueError(f"by must be a string (who released the key), got {by!r}")
+    if len(by) > MAX_BY_CHARS:
+        raise ValueError(f"by is at most {MAX_BY_CHARS} characters, got {len(by)}")
+    return check_text(by, "by")

@@ -62,15 +62,22 @@ def list_executions(
     return runs.order_by("-created_at", "-id")
 
 
+@store.retry_deadlocks
 def retry(run_id: uuid.UUID | str) -> uuid.UUID:
-    """Resume a failed run at the step that failed, taking its key back if it may."""
+    """Resume a failed run at the step that failed, taking its key back if it may.
+
+    The run gets a fresh deadline when its workflow has a ``timeout`` (a run that
+    failed by its timeout would fail again at once otherwise), a fresh attempt
+    count and a fresh count of lost workers (``MAX_RECOVERIES``).
+    """
     with store.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         if run.status != Status.FAILED:
             raise NotFailed(f"run {run.id} is {run.status}; only a failed run can be retried")
         if run.key is not None and not run.holds_key:
             _retake_key(run)
-        store.resume_failed(run.id)
+        workflow = workflow_class(run.workflow)
+        store.resume_failed(run.id, timeout=workflow.timeout if workflow else None)
         store.notify_due(run.queue)
     return run.id
 
@@ -105,8 +112,13 @@ def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
     return start_run(workflow, run.input, run.key, "error").run_id
 
 
+@store.retry_deadlocks
 def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
-    """Let a finished run's key go, so the next start may take it (even under ``never``)."""
+    """Let a finished run's key go, so the next start may take it (even under ``never``).
+
+    ``by`` (who released it, kept in the activity): ``None`` or a string of at most
+    200 characters; ``ValueError`` otherwise, before anything is written."""
+    by = inputs.validate_by(by)
     with store.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         if run.status in ACTIVE_STATUSES:
@@ -131,6 +143,7 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
         )
 
 
+@store.retry_deadlocks
 def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     """Cancel a run that is still going. A running step stops at its next heartbeat;
     no later step runs; compensations don't run. The run keeps its key."""
@@ -166,9 +179,8 @@ def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
 
 
 def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool) -> None:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
+    name = inputs.validate_name(name, kind)
     payload = inputs.validate_payload(payload, f"the {kind} payload")
-    outcome = store.deliver(run_id, kind, name, payload, keep=keep)
+    outcome = store.retry_deadlocks(store.deliver)(run_id, kind, name, payload, keep=keep)
     if outcome == "refused":
         raise NotWaiting(f"run {run_id} is not waiting for {kind} {name!r}")

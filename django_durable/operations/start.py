@@ -49,6 +49,7 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
         created_at=at,
         due_at=at,
         timeout_at=at + workflow.timeout if workflow.timeout else None,
+        step_names=workflow.step_names(),
     )
     for name, value in fields.items():
         setattr(run, name, value)
@@ -131,6 +132,7 @@ def checked(
     return definition, payload, key, policy
 
 
+@store.retry_deadlocks  # PostgreSQL broke a deadlock by aborting this start: start again
 def start_run(
     workflow: type[Workflow],
     payload: dict,

@@ -27,8 +27,9 @@ from django_durable.models import Run
 from django_durable.operations import finish
 from django_durable.runtime import calling
 from django_durable.runtime.errors import describe_error
-from django_durable.workflows.context import Context, Suspend, check_json
+from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import Workflow
+from django_durable.workflows.values import check_json
 
 logger = logging.getLogger("django_durable.runtime.compensation")
 

@@ -1,27 +1,48 @@
 """Runs one claimed run, step by step. It has no SQL of its own: every write goes
 through ``store``, fenced by the claim, and a finished run is handed to
 ``finish.run_finished`` so its key moves on.
+
+What ends an attempt, and what follows (docs/production.md, "Running safely"):
+
+- the step returns and its outcome is recorded: the run goes on;
+- the step raises anything (``BaseException`` included: ``SystemExit`` from a
+  library is the step's failure, not the worker's), or its outcome cannot be
+  recorded (a result or context value that is not JSON, that a database refuses,
+  or that is over ``DURABLE["MAX_VALUE_BYTES"]``): a failed attempt, which
+  follows ``retries`` (``NonRetryable`` and ``give_up_on`` skip them);
+- the step passed its ``timeout`` or the run's deadline: a failed attempt
+  (``StepTimeout``) or a timed-out run; whatever the step returned is dropped;
+- the database connection was lost: not the step's failure; the run is handed
+  back (``store.hand_back_lost``), counted against ``DURABLE["MAX_RECOVERIES"]``;
+- the worker is shutting down and the step was interrupted: the run is handed
+  back by the worker.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from django.db import DatabaseError
+
+from django_durable import conf, store
 from django_durable import state as run_state
-from django_durable import store
-from django_durable.exceptions import Cancelled
+from django_durable.exceptions import (
+    Cancelled,
+    DefinitionChanged,
+    NonRetryable,
+    RunTimedOut,
+    StepTimeout,
+)
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
 from django_durable.runtime import calling, compensation
-from django_durable.runtime.errors import describe_error
-from django_durable.workflows.context import (
-    Context,
-    Suspend,
-    check_json,
-)
-from django_durable.workflows.definition import Workflow, registry
+from django_durable.runtime.errors import describe_error, is_connection_fault
+from django_durable.workflows.context import Context, Suspend
+from django_durable.workflows.definition import StepDef, Workflow, registry
+from django_durable.workflows.values import check_json, check_size
 
 logger = logging.getLogger("django_durable.runtime.executor")
 
@@ -30,6 +51,29 @@ def _resume_waits(run: Run) -> list[Any]:
     """The values of the current step's passed waits (``state.resume``)."""
     waits, run.state = run_state.resume(run.state)
     return waits
+
+
+def definition_mismatch(workflow: type[Workflow], run: Run) -> str | None:
+    """Why the run may not run the definition's step at its ``step_index``, or None.
+
+    A run records the names of its steps when it starts. While it is within them,
+    the step the definition has at that position must bear the recorded name;
+    past them (steps added at the end since) any step may run.
+    """
+    recorded = run.step_names or []
+    index = run.step_index
+    if index >= len(recorded):
+        return None
+    expected = recorded[index]
+    if index < len(workflow.steps) and workflow.steps[index].name == expected:
+        return None
+    found = workflow.steps[index].name if index < len(workflow.steps) else "no step"
+    return (
+        f"the run is at step {index + 1} ({expected!r}), but the deployed definition of "
+        f"{workflow.name} has {found!r} there; it was started with "
+        f"{', '.join(recorded)}. Deploy a definition with {expected!r} at that "
+        "position and retry() the run (docs/changing-workflows.md)"
+    )
 
 
 def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
@@ -48,75 +92,185 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
     instance: Workflow = workflow()
     waits = _resume_waits(run)
     executed = 0
-    while run.step_index < len(workflow.steps):
+    while run.step_index < len(workflow.steps) or definition_mismatch(workflow, run):
         if should_stop is not None and should_stop():
             return executed
         if run.timeout_at is not None and store.now() >= run.timeout_at:
-            timeout_error = {
-                "type": "Timeout",
-                "message": f"the run passed its timeout ({workflow.timeout})",
-            }
-            if to_undo := compensation.pending_for(workflow, run):
-                return executed + compensation.begin(workflow, run, to_undo, timeout_error)
-            return executed + _fail_outside_steps(run, timeout_error)
+            return executed + _timed_out(workflow, run)
+        mismatch = definition_mismatch(workflow, run)
+        if mismatch is not None:
+            logger.error("run %s (%s): %s", run.id, run.workflow, mismatch)
+            error = {"type": DefinitionChanged.__name__, "message": mismatch}
+            return executed + _fail_outside_steps(run, error)
         step = workflow.steps[run.step_index]
-        ctx = Context(run, waits=waits, children=children)
-        started_at = store.now()
         executed += 1
-        try:
-            with children.current_step(ctx):
-                output = calling.call(run, step, instance, ctx)
-            check_json(output, f"the return value of step {step.name}")
-        except Suspend as wait:
-            try:
-                store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
-            except store.LeaseLost:
-                return executed
-            if wait.kind == "children":
-                parents.after_suspend(run.id)
-            return executed
-        except Cancelled:
-            _record_cancelled(run, step.name, started_at)
-            return executed
-        except store.LeaseLost:
-            return executed
-        except Exception as exc:
-            error = describe_error(exc)
-            retry_at = None
-            if run.attempt <= step.retries:
-                retry_at = store.now() + step.delay_before(run.attempt + 1)
-            elif to_undo := compensation.pending_for(workflow, run):
-                return executed + compensation.begin(
-                    workflow, run, to_undo, error, step_name=step.name, started_at=started_at
-                )
-            try:
-                store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
-            except store.LeaseLost:
-                return executed
-            if retry_at is None:
-                logger.info("run %s (%s) failed at step %s", run.id, run.workflow, step.name)
-                _finished(run)
-            else:
-                logger.info(
-                    "run %s (%s) step %s failed, attempt %d at %s",
-                    run.id,
-                    run.workflow,
-                    step.name,
-                    run.attempt,
-                    retry_at,
-                )
-            return executed
-
-        run.context = ctx.data
+        outcome = _attempt(workflow, instance, run, step, waits, should_stop)
+        if outcome is not None:
+            return executed + outcome
         waits = []
-        last = run.step_index == len(workflow.steps) - 1
-        try:
-            store.record_step_completed(run, step.name, started_at, output, last=last)
-        except store.LeaseLost:
-            return executed
     logger.debug("run %s (%s) completed", run.id, run.workflow)
     _finished(run)
     return executed
+
+
+def _attempt(workflow, instance, run: Run, step: StepDef, waits, should_stop) -> int | None:
+    """One attempt of ``step``; None when the run goes on to its next step, otherwise
+    what ``execute`` adds to the steps it executed (the run stopped here)."""
+    ctx = Context(run, waits=waits, children=children)
+    started_at = store.now()
+    run.deadline = _deadline(run, step, started_at)
+    try:
+        with children.current_step(ctx):
+            output = calling.call(run, step, instance, ctx)
+    except Suspend as wait:
+        if (late := _late(run, step, started_at)) is not None:
+            return _failed(workflow, run, step, started_at, late)
+        try:
+            _check_recordable(ctx.data, None, step)
+            store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
+        except store.LeaseLost:
+            return 0
+        except Exception as exc:
+            return _unrecordable(workflow, run, step, started_at, exc)
+        if wait.kind == "children":
+            parents.after_suspend(run.id)
+        return 0
+    except RunTimedOut:
+        late = _late(run, step, started_at) or StepTimeout("the step was stopped")
+        return _failed(workflow, run, step, started_at, late)
+    except Cancelled:
+        _record_cancelled(run, step.name, started_at)
+        return 0
+    except store.LeaseLost:
+        return 0
+    except BaseException as exc:
+        if is_connection_fault(exc):
+            return _connection_lost(run, step, exc)
+        if not isinstance(exc, Exception) and should_stop is not None and should_stop():
+            raise  # the worker is stopping: it hands the run back
+        return _failed(workflow, run, step, started_at, exc)
+    finally:
+        run.deadline = None
+
+    if (late := _late(run, step, started_at)) is not None:
+        return _failed(workflow, run, step, started_at, late)  # its result is dropped
+    last = run.step_index == len(workflow.steps) - 1
+    previous = run.context
+    try:
+        _check_recordable(ctx.data, output, step)
+        run.context = ctx.data
+        store.record_step_completed(run, step.name, started_at, output, last=last)
+    except store.LeaseLost:
+        return 0
+    except Exception as exc:
+        run.context = previous
+        return _unrecordable(workflow, run, step, started_at, exc)
+    return None  # the next step, or (after the last) the loop ends and the run finishes
+
+
+def _deadline(run: Run, step: StepDef, started_at: datetime) -> datetime | None:
+    """When this attempt must stop: the step's timeout or the run's, the earlier."""
+    ends = [run.timeout_at] if run.timeout_at is not None else []
+    if step.timeout is not None:
+        ends.append(started_at + step.timeout)
+    return min(ends) if ends else None
+
+
+def _late(run: Run, step: StepDef, started_at: datetime) -> BaseException | None:
+    """``StepTimeout`` / ``RunTimedOut`` when the attempt ended past its deadline."""
+    at = store.now()
+    if run.timeout_at is not None and at >= run.timeout_at:
+        return RunTimedOut(f"the run passed its timeout while step {step.name} ran")
+    if step.timeout is not None and at >= started_at + step.timeout:
+        return StepTimeout(f"step {step.name} ran longer than its timeout ({step.timeout})")
+    return None
+
+
+def _check_recordable(context: dict, output: Any, step: StepDef) -> None:
+    limit = conf.get("MAX_VALUE_BYTES")
+    check_json(output, f"the return value of step {step.name}")
+    check_size(output, f"the return value of step {step.name}", limit)
+    check_json(context, "the run's context")
+    check_size(context, "the run's context", limit)
+
+
+def _unrecordable(workflow, run: Run, step: StepDef, started_at, exc: Exception) -> int:
+    """The step's outcome could not be recorded: a failed attempt, unless the
+    connection was lost (then the run is handed back)."""
+    if is_connection_fault(exc):
+        return _connection_lost(run, step, exc)
+    if isinstance(exc, DatabaseError):
+        store.reset_connection_after_error()
+    logger.warning(
+        "run %s (%s): the outcome of step %s could not be recorded: %s",
+        run.id,
+        run.workflow,
+        step.name,
+        exc,
+    )
+    error = describe_error(exc)
+    error["message"] = f"the outcome of step {step.name} could not be recorded: {error['message']}"
+    return _failed(workflow, run, step, started_at, exc, error=error)
+
+
+def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
+    """The database went away during the step: not the step's failure."""
+    why = f"the database connection was lost during step {step.name}: {exc}"
+    logger.warning("run %s (%s): %s; handing it back", run.id, run.workflow, why)
+    store.reset_connection_after_error()
+    try:
+        failed = store.hand_back_lost(run, why, conf.get("MAX_RECOVERIES"))
+    except store.LeaseLost:
+        return 0
+    if failed:
+        _finished(run)
+    else:
+        store.notify_runs_due([run.id])
+    return 0
+
+
+def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *, error=None):
+    """Record a failed attempt: retry it later, compensate, or fail the run."""
+    error = error or describe_error(exc)
+    retry_at = None
+    if isinstance(exc, RunTimedOut):  # the run is out of time: no attempt follows
+        error = {"type": "Timeout", "message": str(exc), "step": step.name}
+    elif run.attempt <= step.retries and not _gives_up(step, exc):
+        retry_at = store.now() + step.delay_before(run.attempt + 1)
+        if run.timeout_at is not None and retry_at > run.timeout_at:
+            retry_at = run.timeout_at  # then it fails timed out, at its deadline
+    if retry_at is None and (to_undo := compensation.pending_for(workflow, run)):
+        return compensation.begin(
+            workflow, run, to_undo, error, step_name=step.name, started_at=started_at
+        )
+    try:
+        store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
+    except store.LeaseLost:
+        return 0
+    if retry_at is None:
+        logger.info("run %s (%s) failed at step %s", run.id, run.workflow, step.name)
+        _finished(run)
+    else:
+        logger.info(
+            "run %s (%s) step %s failed, attempt %d at %s",
+            run.id,
+            run.workflow,
+            step.name,
+            run.attempt,
+            retry_at,
+        )
+    return 0
+
+
+def _gives_up(step: StepDef, exc: BaseException) -> bool:
+    return isinstance(exc, NonRetryable) or step.gives_up_on(exc)
+
+
+def _timed_out(workflow, run: Run) -> int:
+    error = {"type": "Timeout", "message": f"the run passed its timeout ({workflow.timeout})"}
+    if to_undo := compensation.pending_for(workflow, run):
+        return compensation.begin(workflow, run, to_undo, error)
+    return _fail_outside_steps(run, error)
 
 
 def _record_cancelled(run: Run, step_name: str, started_at) -> None:

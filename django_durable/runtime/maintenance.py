@@ -22,6 +22,7 @@ from django.db import connections
 
 from django_durable import conf, store
 from django_durable.operations import finish, prune, schedules
+from django_durable.runtime.errors import is_connection_fault
 
 if TYPE_CHECKING:
     from django_durable.runtime.worker import Worker
@@ -30,6 +31,15 @@ logger = logging.getLogger("django_durable.runtime.worker")
 
 # Worker rows silent for this many leases are deleted (their runs were recovered long ago).
 FORGET_AFTER_LEASES = 20
+
+
+def recover() -> store.Recovery:
+    """Recover runs of dead workers; finish those lost too often (MAX_RECOVERIES)."""
+    recovery = store.recover_expired_leases(conf.get("MAX_RECOVERIES"))
+    for run in recovery.failed:
+        logger.error("run %s (%s) failed: %s", run.id, run.workflow, run.error["message"])
+        finish.run_finished(run)
+    return recovery
 
 
 class Maintenance:
@@ -49,8 +59,9 @@ class Maintenance:
 
     def tick(self) -> None:
         """One round of chores; a failing chore is logged and does not stop the others."""
-        recovered = self._chore("recovering expired leases", store.recover_expired_leases)
-        if recovered:
+        recovery = self._chore("recovering expired leases", recover)
+        if recovery and recovery.resumed:
+            recovered = recovery.resumed
             logger.warning(
                 "recovered %d run(s) whose worker stopped heartbeating: %s",
                 len(recovered),
@@ -84,8 +95,13 @@ class Maintenance:
 
     def _chore(self, what: str, chore: Callable):
         try:
-            return chore()
-        except Exception:
-            logger.exception("worker %s: %s failed", self.worker.worker_id, what)
-            store.reset_connection_after_error()
+            result = chore()
+        except Exception as exc:
+            if is_connection_fault(exc):
+                self.worker.outage.failed(what, exc)  # logged once per outage
+            else:
+                logger.exception("worker %s: %s failed", self.worker.worker_id, what)
+                store.reset_connection_after_error()
             return None
+        self.worker.outage.succeeded(what)
+        return result

@@ -38,8 +38,9 @@ from django.db import DatabaseError, connections
 
 from django_durable import checks, conf, store
 from django_durable.models import Run, Status
-from django_durable.runtime import executor, maintenance
+from django_durable.runtime import executor, leases, maintenance
 from django_durable.runtime.notifier import Notifier
+from django_durable.workflows.definition import registry
 
 logger = logging.getLogger("django_durable.runtime.worker")
 
@@ -100,6 +101,11 @@ class Worker:
         self.listen_alias = settings["LISTEN_DATABASE"]
         self.channel = settings["NOTIFY_CHANNEL"]
         self.upkeep = maintenance.Maintenance(self)
+        self.outage = leases.Outage(self.worker_id)
+        # The workflows this process has the code of: it claims only their runs, so a
+        # worker running older code leaves a new workflow's runs to one that knows it.
+        served = registry.served()
+        self.workflows, self.prefixes = served if served else (None, [])
 
         self._lock = threading.Lock()
         self._run_ready = threading.Condition(self._lock)  # threads wait for a claimed run
@@ -155,6 +161,13 @@ class Worker:
             self.poll_interval,
             ", burst" if self.burst else "",
         )
+        logger.info(
+            "worker %s serves %d workflow(s): %s (runs of other workflows wait for a "
+            "worker that has their code)",
+            self.worker_id,
+            len(self.workflows or ()),
+            ", ".join([*(self.workflows or ["(any)"]), *(p + "*" for p in self.prefixes)]),
+        )
         for thread in threads:
             thread.start()
         try:
@@ -196,7 +209,12 @@ class Worker:
     def claim_batch(self, limit: int) -> list[Run]:
         """Claim up to ``limit`` due runs in one statement."""
         return store.claim(
-            worker_id=self.worker_id, queues=self.queues, limit=limit, lease=self.lease
+            worker_id=self.worker_id,
+            queues=self.queues,
+            limit=limit,
+            lease=self.lease,
+            workflows=self.workflows,
+            prefixes=self.prefixes,
         )
 
     def held(self) -> list[Held]:
@@ -263,12 +281,10 @@ class Worker:
                 try:
                     runs = self.claim_batch(free)
                 except DatabaseError as exc:
-                    logger.warning(
-                        "claiming failed (%s); trying again in %.2fs", exc, self.poll_interval
-                    )
-                    store.reset_connection_after_error()
+                    self.outage.failed("claiming", exc)
                     self._wait_for_wake(self.poll_interval)
                     continue
+                self.outage.succeeded("claiming")
                 if runs:
                     self._hand_out(runs)
                     if len(runs) == free:
@@ -313,7 +329,7 @@ class Worker:
 
     def _recover_before_burst_exit(self) -> bool:
         try:
-            return bool(store.recover_expired_leases())
+            return bool(maintenance.recover().ids)
         except DatabaseError:
             store.reset_connection_after_error()
             return False
@@ -419,41 +435,15 @@ class Worker:
                 try:
                     self.heartbeat()
                 except DatabaseError as exc:
-                    logger.warning("heartbeat failed (%s)", exc)
-                    store.reset_connection_after_error()
+                    self.outage.failed("the heartbeat", exc)
+                else:
+                    self.outage.succeeded("the heartbeat")
         finally:
             connections.close_all()
 
     def heartbeat(self) -> set:
-        """Renew this worker's row and the leases of the runs it holds.
-
-        A run it no longer owns (cancelled, recovered elsewhere) is flagged, so
-        the step's next ``ctx.heartbeat()`` raises ``Cancelled`` without asking
-        the database and no later step starts. Returns the ids of such runs.
-        """
-        holding = self.held()
-        store.worker_heartbeat(self.worker_id, stopping=self._stopping.is_set())
-        lost = store.renew_leases(
-            self.worker_id, [(h.run.id, h.fence) for h in holding], self.lease
-        )
-        for h in holding:
-            if h.run.id not in lost or getattr(h.run, "lease_lost", False):
-                continue
-            h.run.lease_lost = True
-            status, fence = lost[h.run.id] or ("deleted", None)
-            if status == Status.CANCELLED:
-                why = "was cancelled"
-            elif fence != h.fence or status == "deleted":
-                why = f"was taken over ({status})"
-            else:
-                continue  # it just finished or suspended: nothing to say
-            logger.info(
-                "run %s (%s) %s; its step stops at its next ctx.heartbeat() and no later step runs",
-                h.run.id,
-                h.run.workflow,
-                why,
-            )
-        return set(lost)
+        """Renew this worker's leases; the ids of the runs it lost (``leases.renew``)."""
+        return leases.renew(self)
 
     # --- shutdown --------------------------------------------------------------
 

@@ -11,7 +11,13 @@ do and which index serves them. This face re-exports what the modules list in
 their ``__all__``, and nothing else.
 
 Lock order: where one transaction locks both a key's holder and the run waiting
-behind it, it locks the holder first.
+behind it, it locks the holder first (``get_holder(lock=True)``, then
+``get_waiting_behind(lock=True)``), in every path: a finish handing the key on
+(``finish.promote_waiting``), a ``run_again`` start, a ``cancel_existing`` start.
+A transaction that also locks a parent locks it after both. Two transactions that
+lock runs of two keys still can meet in a deadlock PostgreSQL breaks by aborting
+one (sqlstate 40P01); ``base.retry_deadlocks`` runs such a transaction again, a
+few times, so the error never reaches a caller.
 """
 
 from django_durable.store.base import (
@@ -19,10 +25,12 @@ from django_durable.store.base import (
     alias,
     atomic,
     db,
+    db_now,
     in_autocommit,
     is_postgres,
     notify_due,
     now,
+    retry_deadlocks,
 )
 from django_durable.store.batches import (
     BatchAnswer,
@@ -81,9 +89,11 @@ from django_durable.store.queues import (
     set_paused,
 )
 from django_durable.store.runs import (
+    Recovery,
     current_status,
     deliver,
     hand_back,
+    hand_back_lost,
     recover_expired_leases,
     renew_lease,
 )
@@ -125,6 +135,7 @@ __all__ = [
     "InsertOrHolder",
     "LeaseLost",
     "Listener",
+    "Recovery",
     "active_children",
     "advance_schedule",
     "alias",
@@ -137,12 +148,14 @@ __all__ = [
     "current_status",
     "database_clock",
     "db",
+    "db_now",
     "deliver",
     "forget_dead_workers",
     "get_holder",
     "get_waiting_behind",
     "hand_back",
     "hand_back_compensating",
+    "hand_back_lost",
     "hand_off",
     "in_autocommit",
     "insert_or_get_holder",
@@ -181,6 +194,7 @@ __all__ = [
     "replace_holder",
     "reset_connection_after_error",
     "resume_failed",
+    "retry_deadlocks",
     "run_outcomes",
     "save_owned_state",
     "set_paused",

@@ -5,17 +5,31 @@ Everything django-durable reads and writes goes to one ``DATABASES`` alias,
 ``connections[alias].cursor()`` (Django's cursor, so ``execute_wrapper``, DEBUG
 logging, APM hooks and the debug toolbar see each one), ORM queries through the
 models' managers, which are bound to the same alias (``models.DurableManager``).
+
+The clock: on PostgreSQL every lease, heartbeat, due time and recovery is judged
+by the database's clock, so a worker or web server whose own clock is off can
+neither take a live run nor delay or advance one. Statements that claim, renew or
+recover compare with ``now()`` inside the statement (``db_now()`` in the ORM);
+times computed in Python (a start's ``due_at``, a retry's, a sleep's) come from
+``now()`` here, this process's clock corrected by its offset from the database's,
+measured once per connection when it opens (``connection_created``). SQLite is
+one machine: it keeps this process's clock.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import random
+import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
+from django.db.backends.signals import connection_created
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_durable import conf, signals
@@ -26,10 +40,12 @@ __all__ = [
     "alias",
     "atomic",
     "db",
+    "db_now",
     "in_autocommit",
     "is_postgres",
     "notify_due",
     "now",
+    "retry_deadlocks",
 ]
 
 
@@ -52,8 +68,42 @@ def atomic(**kwargs):
     return transaction.atomic(using=alias(), **kwargs)
 
 
+# Each open connection's offset of the database's clock from this process's clock
+# (PostgreSQL), by connection wrapper (one per thread).
+_clock_offsets: weakref.WeakKeyDictionary[Any, timedelta] = weakref.WeakKeyDictionary()
+
+# The database's clock now (not the transaction's start: clock_timestamp()).
+READ_CLOCK = "SELECT clock_timestamp()"
+
+
+def _measure_clock(sender, connection, **kwargs) -> None:
+    """Measure a new connection's clock offset (``connection_created``)."""
+    if connection.vendor != "postgresql" or connection.alias != alias():
+        return
+    before = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(READ_CLOCK)
+        (database_now,) = cursor.fetchone()
+    after = timezone.now()
+    offset = database_now - (before + (after - before) / 2)
+    # An offset within the round trip is no offset: keep this process's clock.
+    _clock_offsets[connection] = offset if abs(offset) > after - before else timedelta(0)
+
+
+connection_created.connect(_measure_clock, dispatch_uid="django_durable.store.clock")
+
+
 def now() -> datetime:
-    return timezone.now()
+    """The time by the database's clock (PostgreSQL: this process's, corrected)."""
+    at = timezone.now()
+    offset = _clock_offsets.get(db())
+    return at + offset if offset else at
+
+
+def db_now():
+    """The database's clock inside a statement (``Now()`` on PostgreSQL), for the ORM's
+    lease and recovery writes; on SQLite this process's clock."""
+    return Now() if is_postgres() else timezone.now()
 
 
 def is_postgres() -> bool:
@@ -63,6 +113,40 @@ def is_postgres() -> bool:
 def in_autocommit() -> bool:
     """True when the caller has no transaction open: one statement is then atomic alone."""
     return db().get_autocommit()
+
+
+# --- deadlocks ----------------------------------------------------------------------
+
+# PostgreSQL's "deadlock detected": it aborted this transaction to let another go on.
+DEADLOCK_SQLSTATE = "40P01"
+DEADLOCK_ATTEMPTS = 5
+
+
+def is_deadlock(exc: BaseException) -> bool:
+    """True for the ``OperationalError`` PostgreSQL raises to break a deadlock."""
+    return isinstance(exc, OperationalError) and (
+        getattr(exc.__cause__, "sqlstate", None) == DEADLOCK_SQLSTATE
+    )
+
+
+def retry_deadlocks(fn):
+    """Run ``fn`` again (up to 5 times, after a short random pause) when PostgreSQL
+    broke a deadlock by aborting its transaction: the other transaction went on, so
+    this one meets no lock the next time. Only where ``fn`` owns its transaction: a
+    caller's own ``atomic()`` block is aborted as a whole, and the error is theirs."""
+
+    @functools.wraps(fn)
+    def retrying(*args, **kwargs):
+        for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+            try:
+                return fn(*args, **kwargs)
+            except OperationalError as exc:
+                if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc) or db().in_atomic_block:
+                    raise
+            time.sleep(random.uniform(0.001, 0.01 * attempt))
+        raise AssertionError("unreachable")
+
+    return retrying
 
 
 # --- running statements -------------------------------------------------------------

@@ -36,12 +36,12 @@ new AS (
         id, workflow, queue, status, priority, input, context, result, error, "key",
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-        created_at, started_at, finished_at
+        recoveries, step_names, created_at, started_at, finished_at
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
-           NULL, NULL, 0, %(created_at)s::timestamptz, NULL, NULL
+           NULL, NULL, 0, 0, %(step_names)s::jsonb, %(created_at)s::timestamptz, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
@@ -82,6 +82,7 @@ def start_batch(
     priority: int,
     due_at: datetime,
     timeout_at: datetime | None,
+    step_names: list[str],
     items: list[tuple[uuid.UUID, dict, str | None]],
 ) -> list[BatchAnswer]:
     """Insert ``items`` (id, input, key) as pending runs of ``workflow`` in one
@@ -96,6 +97,7 @@ def start_batch(
         "priority": priority,
         "due_at": due_at,
         "timeout_at": timeout_at,
+        "step_names": as_json(step_names),
         "created_at": at,
         "wake": due_at <= at,
         "channel": conf.get("NOTIFY_CHANNEL"),

@@ -90,7 +90,12 @@ FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limit
 # folding it into the UPDATE, which would lock rows the LIMIT then drops; the UPDATE
 # takes the picked rows by primary key (an array of ids: a plan that cannot turn
 # into a scan of the table, whatever a generic plan guesses of how many were
-# picked). The lock lasts only this statement.
+# picked). The lock lasts only this statement. Due and lease times are the
+# database's clock (statement_timestamp(), not now(): a caller's transaction does
+# not stop it), so a worker whose own clock is off neither claims early nor sets a
+# short lease; and a worker claims only runs of the workflows it knows
+# (%(workflows)s, NULL: any, or names starting with one of %(prefixes)s), so a
+# worker running older code leaves a new workflow's runs to one that has it.
 # A claimed compensating run stays compensating (cancel() keeps refusing it) and
 # stops being due while it is owned; the fence grows, so the previous owner's late
 # writes no longer match.
@@ -105,7 +110,9 @@ picked AS MATERIALIZED (
         SELECT id, priority, due_at FROM durable_run
         WHERE queue = open_queues.name
           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-          AND due_at <= %(now)s
+          AND due_at <= statement_timestamp()
+          AND (%(workflows)s::text[] IS NULL OR workflow = ANY (%(workflows)s::text[])
+               OR workflow LIKE ANY (%(prefixes)s::text[]))
         ORDER BY priority DESC, due_at
         LIMIT LEAST(open_queues.room, %(limit)s)
         FOR UPDATE SKIP LOCKED
@@ -117,9 +124,9 @@ UPDATE durable_run SET
     status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
     due_at = CASE WHEN status = 'compensating' THEN NULL ELSE durable_run.due_at END,
     worker_id = %(worker_id)s,
-    lease_expires_at = %(lease_expires_at)s,
+    lease_expires_at = statement_timestamp() + %(lease)s,
     fence = fence + 1,
-    started_at = COALESCE(started_at, %(now)s)
+    started_at = COALESCE(started_at, statement_timestamp())
 WHERE durable_run.id = ANY (ARRAY(SELECT id FROM picked))
 RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.status,
     durable_run.priority, durable_run.input, durable_run.context, durable_run.result,
@@ -127,7 +134,8 @@ RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.s
     durable_run.parent_id, durable_run.step_index, durable_run.attempt,
     durable_run.due_at, durable_run.timeout_at, durable_run.debounce_deadline,
     durable_run.waiting_for, durable_run.state, durable_run.worker_id,
-    durable_run.lease_expires_at, durable_run.fence, durable_run.created_at,
+    durable_run.lease_expires_at, durable_run.fence, durable_run.recoveries,
+    durable_run.step_names, durable_run.created_at,
     durable_run.started_at, durable_run.finished_at
 """
 )
@@ -154,6 +162,9 @@ WHERE id IN (
           AND due_at <= %(now)s
           AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
           AND queue NOT IN (SELECT name FROM durable_queue WHERE paused)
+          AND (%(workflows)s IS NULL OR workflow IN (SELECT value FROM json_each(%(workflows)s))
+               OR EXISTS (SELECT 1 FROM json_each(%(prefixes)s) AS p
+                          WHERE substr(workflow, 1, length(p.value)) = p.value))
     ) AS ranked
     LEFT JOIN json_each(%(caps)s) AS cap ON cap.key = ranked.queue
     WHERE cap.key IS NULL OR ranked.n <= cap.value - (
@@ -228,6 +239,8 @@ CLAIMED_COLUMNS = (
     "worker_id",
     "lease_expires_at",
     "fence",
+    "recoveries",
+    "step_names",
     "created_at",
     "started_at",
     "finished_at",
@@ -254,6 +267,18 @@ def _queue_params(queues: Sequence[str] | None, limits: Mapping[str, int]) -> di
     }
 
 
+def _workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) -> dict:
+    if is_postgres():
+        return {
+            "workflows": None if workflows is None else list(workflows),
+            "prefixes": [p.replace("%", r"\%").replace("_", r"\_") + "%" for p in prefixes],
+        }
+    return {
+        "workflows": None if workflows is None else json.dumps(list(workflows)),
+        "prefixes": json.dumps(list(prefixes)),
+    }
+
+
 def claim(
     *,
     worker_id: str,
@@ -261,23 +286,30 @@ def claim(
     limit: int,
     lease: timedelta,
     limits: Mapping[str, int] | None = None,
+    workflows: Sequence[str] | None = None,
+    prefixes: Sequence[str] = (),
 ) -> list[Run]:
     """Claim up to ``limit`` due runs of ``queues`` (None: every queue), highest
     priority first, then oldest due, leaving paused queues alone and a limited queue
     (``limits``: queue -> concurrency, by default those of ``DURABLE["QUEUES"]``) no
-    more than its room: CLAIM in one statement, after LOCK_LIMITED_QUEUES in one
-    transaction when a limited queue is served (CLAIM_SQLITE on SQLite)."""
+    more than its room, and only runs of ``workflows`` (None: any) or of names
+    starting with one of ``prefixes``: CLAIM in one statement, after
+    LOCK_LIMITED_QUEUES in one transaction when a limited queue is served
+    (CLAIM_SQLITE on SQLite)."""
     at = now()
     if limits is None:
         limits = conf.queue_limits()
     served_limits = _limits_served(queues, limits)
     params = {
         "worker_id": worker_id,
-        "lease_expires_at": at + lease,
-        "now": at,
         "limit": limit,
         **_queue_params(queues, served_limits),
+        **_workflow_params(workflows, prefixes),
     }
+    if is_postgres():
+        params["lease"] = lease  # from the database's clock, in the statement
+    else:
+        params.update(now=at, lease_expires_at=at + lease)  # from this process's
     if not is_postgres():  # SQLite needs the backend's own datetime conversions
         runs = list(Run.objects.raw(CLAIM_SQLITE, params))
     elif served_limits:

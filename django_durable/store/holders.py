@@ -190,15 +190,20 @@ def cancel_run(run_id: uuid.UUID, error: Any) -> bool:
     )
 
 
-def resume_failed(run_id: uuid.UUID) -> bool:
-    """A failed run becomes due again at the step that failed, with a fresh attempt count."""
+def resume_failed(run_id: uuid.UUID, *, timeout: timedelta | None = None) -> bool:
+    """A failed run becomes due again at the step that failed, with a fresh attempt
+    count, no lost workers counted, and a fresh deadline ``timeout`` from now."""
+    at = now()
+    changes = {"timeout_at": at + timeout} if timeout is not None else {}
     return bool(
         Run.objects.filter(id=run_id, status=Status.FAILED).update(
             status=Status.PENDING,
             attempt=1,
-            due_at=now(),
+            recoveries=0,
+            due_at=at,
             finished_at=None,
             worker_id=None,
             lease_expires_at=None,
+            **changes,
         )
     )

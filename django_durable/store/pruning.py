@@ -1,4 +1,10 @@
-"""Deleting finished runs past retention, in batches."""
+"""Deleting finished runs past retention, in batches.
+
+One node prunes at a time: each batch's transaction first takes a transaction-level
+advisory lock (PostgreSQL); a prune that finds it taken stops, since another node
+is pruning the same runs. Counts are what was deleted, not what was looked at, so
+concurrent prunes add up to the exact total.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from django_durable.models import (
     Status,
     StepAttempt,
 )
-from django_durable.store.base import atomic
+from django_durable.store.base import atomic, fetchone, is_postgres
 
 __all__ = [
     "prunable",
@@ -25,6 +31,13 @@ __all__ = [
 ]
 
 # --- pruning --------------------------------------------------------------------
+
+# The advisory lock of pruning (PostgreSQL), held until the batch's transaction
+# ends: false when another node holds it (that node is pruning). No index: it locks
+# no row.
+TRY_PRUNE_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
+# The lock's key: "durable\0" as a bigint, so it does not meet a project's own locks.
+PRUNE_LOCK_KEY = int.from_bytes(b"durable\x00", "big")
 
 
 def prunable(before: datetime):
@@ -78,15 +91,17 @@ def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> i
     total = 0
     skipped: set[uuid.UUID] = set()
     while True:
-        roots = list(
-            prunable(before)
-            .exclude(id__in=skipped)
-            .order_by("finished_at")
-            .values_list("id", flat=True)[:batch_size]
-        )
-        if not roots:
-            return total
         with atomic():
+            if is_postgres() and not fetchone(TRY_PRUNE_LOCK, [PRUNE_LOCK_KEY])[0]:
+                return total  # another node is pruning
+            roots = list(
+                prunable(before)
+                .exclude(id__in=skipped)
+                .order_by("finished_at")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if not roots:
+                return total
             ids, blocked = _tree_blocked(roots)
             skipped |= blocked
             roots = [run_id for run_id in roots if run_id not in blocked]
@@ -101,7 +116,9 @@ def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> i
                 Event.objects.filter(run_id__in=ids).delete()
                 # History only: a finished run that once waited behind one of these.
                 Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
-                Run.objects.filter(id__in=ids).delete()
+                _, deleted = Run.objects.filter(id__in=ids).delete()
+                total += deleted.get(Run._meta.label, 0)
+                continue
         total += len(ids)
 
 

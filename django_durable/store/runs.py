@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import F
 
 from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Event, Run, Status, StepAttempt
-from django_durable.store.base import LeaseLost, atomic, notify_due, now, owned
+from django_durable.store.base import LeaseLost, atomic, db_now, notify_due, now, owned
 from django_durable.store.compensations import hand_back_compensating, recover_expired_compensations
 
 __all__ = [
+    "Recovery",
     "current_status",
     "deliver",
     "hand_back",
+    "hand_back_lost",
     "recover_expired_leases",
     "renew_lease",
 ]
@@ -25,7 +27,7 @@ __all__ = [
 def renew_lease(run: Run, lease: timedelta) -> None:
     """Extend the lease of a run this worker owns; ``LeaseLost`` if it no longer does."""
     updated = Run.objects.filter(id=run.id, fence=run.fence, status=run.status).update(
-        lease_expires_at=now() + lease
+        lease_expires_at=db_now() + lease
     )
     if not updated:
         raise LeaseLost(run.id)
@@ -89,42 +91,148 @@ def hand_back(run: Run) -> bool:
 # --- recovery -------------------------------------------------------------------
 
 
-def recover_expired_leases() -> list[uuid.UUID]:
-    """Return runs whose worker stopped heartbeating to ``pending``, counting the attempt.
+class Recovery(NamedTuple):
+    """What a recovery did: the runs back to ``pending``, and the runs that failed
+    because their worker was lost more than ``MAX_RECOVERIES`` times (each still to
+    be finished: its key, its parent)."""
+
+    resumed: list[uuid.UUID]
+    failed: list[Run]
+
+    @property
+    def ids(self) -> list[uuid.UUID]:
+        return [*self.resumed, *(run.id for run in self.failed)]
+
+
+# What a recovery reads of a run: enough to count it, fail it and finish it.
+RECOVERED_FIELDS = (
+    "id",
+    "workflow",
+    "key",
+    "parent_id",
+    "state",
+    "step_index",
+    "attempt",
+    "worker_id",
+    "recoveries",
+    "step_names",
+)
+
+
+def step_label(run: Run) -> str:
+    """The name of the step the run is in (as recorded at its start), or ``#index``."""
+    names = run.step_names or []
+    if run.step_index < len(names):
+        return names[run.step_index]
+    return f"#{run.step_index}"
+
+
+def lost_error(recoveries: int, why: str) -> dict[str, Any]:
+    return {
+        "type": "WorkerLost",
+        "message": (
+            f"its worker was lost {recoveries} times (the last time: {why}); "
+            'more than DURABLE["MAX_RECOVERIES"] allows, so it does not run again'
+        ),
+        "recoveries": recoveries,
+    }
+
+
+def recover_expired_leases(max_recoveries: int) -> Recovery:
+    """Return runs whose worker stopped heartbeating (by the database's clock) to
+    ``pending``, counting the attempt and the recovery; a run lost more than
+    ``max_recoveries`` times fails instead (it may be what kills its workers).
 
     The fence grows at the next claim, so the worker that lost the run cannot
     record over its new owner even if it comes back.
     """
     at = now()
-    recovered = recover_expired_compensations()
+    resumed = recover_expired_compensations()
+    failed: list[Run] = []
     with atomic():
         expired = list(
             Run.objects.select_for_update(skip_locked=True)
-            .filter(status=Status.RUNNING, lease_expires_at__lt=at)
-            .values_list("id", "step_index", "attempt", "workflow", "worker_id")[:500]
+            .filter(status=Status.RUNNING, lease_expires_at__lt=db_now())
+            .only(*RECOVERED_FIELDS)[:500]
         )
         if not expired:
-            return recovered
-        ids = [row[0] for row in expired]
-        Run.objects.filter(id__in=ids, status=Status.RUNNING).update(
-            status=Status.PENDING,
-            worker_id=None,
-            lease_expires_at=None,
-            attempt=F("attempt") + 1,
-            due_at=at,
-        )
+            return Recovery(resumed, failed)
+        again = [run.id for run in expired if run.recoveries < max_recoveries]
+        if again:
+            Run.objects.filter(id__in=again, status=Status.RUNNING).update(
+                status=Status.PENDING,
+                worker_id=None,
+                lease_expires_at=None,
+                attempt=F("attempt") + 1,
+                recoveries=F("recoveries") + 1,
+                due_at=at,
+            )
+        for run in expired:
+            if run.recoveries >= max_recoveries:
+                run.status = Status.FAILED
+                run.recoveries += 1
+                run.error = lost_error(
+                    run.recoveries, f"worker {run.worker_id} stopped heartbeating"
+                )
+                Run.objects.filter(id=run.id, status=Status.RUNNING).update(
+                    status=Status.FAILED,
+                    error=run.error,
+                    recoveries=run.recoveries,
+                    finished_at=at,
+                    due_at=None,
+                    lease_expires_at=None,
+                )
+                failed.append(run)
         StepAttempt.objects.bulk_create(
             StepAttempt(
-                run_id=run_id,
-                step=f"#{step_index}",
-                step_index=step_index,
-                attempt=attempt,
+                run_id=run.id,
+                step=step_label(run),
+                step_index=run.step_index,
+                attempt=run.attempt,
                 status=StepAttempt.Outcome.LOST,
-                error={"type": "LeaseExpired", "message": f"worker {worker} stopped heartbeating"},
-                worker_id=worker,
+                error={
+                    "type": "LeaseExpired",
+                    "message": f"worker {run.worker_id} stopped heartbeating",
+                },
+                worker_id=run.worker_id,
                 started_at=at,
                 finished_at=at,
             )
-            for run_id, step_index, attempt, _workflow, worker in expired
+            for run in expired
         )
-    return ids + recovered
+    return Recovery([*resumed, *again], failed)
+
+
+def hand_back_lost(run: Run, why: str, max_recoveries: int) -> bool:
+    """The worker lost its database connection during a step (infrastructure, not the
+    step's failure): hand the run back to ``pending``, counted as a recovery, or fail
+    it past ``max_recoveries``. True when the run failed (its finish is the caller's)."""
+    at = now()
+    recoveries = run.recoveries + 1
+    if recoveries > max_recoveries:
+        changes: dict[str, Any] = {
+            "status": Status.FAILED,
+            "error": lost_error(recoveries, why),
+            "finished_at": at,
+            "due_at": None,
+        }
+    else:
+        changes = {"status": Status.PENDING, "due_at": at, "attempt": run.attempt + 1}
+    changes.update(worker_id=None, lease_expires_at=None, recoveries=recoveries)
+    with atomic():
+        if not owned(run).update(**changes):
+            raise LeaseLost(run.id)
+        StepAttempt.objects.create(
+            run_id=run.id,
+            step=step_label(run),
+            step_index=run.step_index,
+            attempt=run.attempt,
+            status=StepAttempt.Outcome.LOST,
+            error={"type": "ConnectionLost", "message": why},
+            worker_id=run.worker_id,
+            started_at=at,
+            finished_at=at,
+        )
+    for name, value in changes.items():
+        setattr(run, name, value)
+    return run.status == Status.FAILED

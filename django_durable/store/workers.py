@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Q
 
 from django_durable.models import Run, Status, WorkerNode
-from django_durable.store.base import atomic, db, is_postgres, notify_due, now
+from django_durable.store.base import atomic, db, db_now, is_postgres, notify_due, now
 
 __all__ = [
     "Listener",
@@ -91,7 +91,7 @@ def renew_leases(
     still = Run.objects.filter(
         claims, worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
     )
-    if still.update(lease_expires_at=now() + lease) == len(owned):
+    if still.update(lease_expires_at=db_now() + lease) == len(owned):
         return {}
     kept = set(still.values_list("id", flat=True))
     lost = {run_id for run_id, _fence in owned} - kept

@@ -9,7 +9,6 @@ returns the value recorded for it, in call order.
 from __future__ import annotations
 
 import copy
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,9 +16,10 @@ from typing import Any
 
 from django_durable import conf, store
 from django_durable import state as run_state
-from django_durable.exceptions import Cancelled
+from django_durable.exceptions import Cancelled, RunTimedOut
 from django_durable.workflows.async_context import AsyncContextMethods, refuse_in_event_loop
 from django_durable.workflows.durations import as_timedelta
+from django_durable.workflows.values import check_json
 
 
 @dataclass
@@ -30,14 +30,6 @@ class Suspend(Exception):
     name: str | None
     until: datetime | None
     timeout_value: Any = None
-
-
-def check_json(value: Any, what: str) -> Any:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
-    return value
 
 
 def _name(name: object) -> str:
@@ -91,7 +83,7 @@ class Context(AsyncContextMethods):
         """Store a JSON value under ``name``; saved when the step completes.
 
         ``TypeError`` at the call for a name that is not a ``str`` or a value that is
-        not JSON-serialisable."""
+        not JSON, ``ValueError`` for one no database can store (``workflows.values``)."""
         self._data[_name(name)] = check_json(copy.deepcopy(value), f"context value {name!r}")
 
     def delete(self, name: str) -> None:
@@ -134,12 +126,17 @@ class Context(AsyncContextMethods):
     # --- liveness ----------------------------------------------------------
 
     def heartbeat(self) -> None:
-        """Renew the run's lease; raise ``Cancelled`` if the run was cancelled.
+        """Renew the run's lease; raise ``Cancelled`` if the run was cancelled, and
+        ``RunTimedOut`` (a ``Cancelled``) once the step's or the run's timeout passed.
 
         Long steps call it now and then: it is how a cancel reaches running code,
         and how a worker keeps a run that outlives the lease without a heartbeat
         thread.
         """
+        deadline = getattr(self._run, "deadline", None)
+        if deadline is not None and store.now() >= deadline:
+            # The step's timeout or the run's passed: stop; the attempt ends failed.
+            raise RunTimedOut(f"run {self._run.id}: the step passed its deadline ({deadline})")
         if getattr(self._run, "lease_lost", False):
             # The worker's own heartbeat already saw the cancel (or the loss).
             raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned")
@@ -227,6 +224,21 @@ class Context(AsyncContextMethods):
         """Run ``branches`` (workflows or ``(workflow, input)`` pairs) as child runs
         at once and return their results in order. See ``durable.parallel``."""
         return self._child_runs().parallel(self, branches, mode=mode)
+
+    def start(
+        self,
+        workflow: Any,
+        input: dict | None = None,
+        *,
+        key: str | None = None,
+        on_duplicate: Any = None,
+    ) -> uuid.UUID:
+        """Start another run without waiting for it; return its id. The same call in
+        a step that runs again (after a wait or a retry) returns the same run and
+        starts nothing new (``durable.start()`` inside a step would start again)."""
+        return self._child_runs().start_from_step(
+            self, workflow, input, key=key, on_duplicate=on_duplicate
+        )
 
     def _child_runs(self):
         if self._children is None:

@@ -6,6 +6,7 @@ with ``ImproperlyConfigured`` rather than at the first start.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from django_durable.workflows.durations import as_timedelta
 REUSE_POLICIES = ("after_close", "after_failure", "never")
 SIMPLE_ON_DUPLICATE = ("use_existing", "error", "cancel_existing", "run_again")
 DEFAULT_MAX_BACKOFF = timedelta(hours=1)
+BACKOFF_KINDS = ("exponential", "linear", "constant")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,18 @@ class Cron:
 
 
 class StepDef:
-    """One step of a workflow, in definition order."""
+    """One step of a workflow, in definition order, with its failure options:
+
+    - ``retries``: attempts after the first; ``backoff`` the wait before the first
+      retry, growing by ``backoff_kind`` (``"exponential"``: doubling,
+      ``"linear"``: backoff x n, ``"constant"``), capped at ``max_backoff``;
+      ``jitter=True`` waits a random part (50 to 100 %) of it, so retries of many
+      runs spread out;
+    - ``timeout``: an attempt still running past it is a failed attempt
+      (``StepTimeout``); its late result is never recorded;
+    - ``give_up_on``: exception classes that fail the step at once, like
+      ``NonRetryable``.
+    """
 
     def __init__(
         self,
@@ -69,17 +82,22 @@ class StepDef:
         *,
         retries: int = 0,
         backoff: timedelta | float = timedelta(seconds=1),
-        max_backoff: timedelta | float = DEFAULT_MAX_BACKOFF,
+        backoff_kind: str = "exponential",
+        max_backoff: timedelta | float | None = None,
+        jitter: bool = False,
+        timeout: timedelta | float | None = None,
+        give_up_on: tuple[type[BaseException], ...] | type[BaseException] = (),
         compensate: str | None = None,
         compensate_retries: int | None = None,
     ):
+        where = f"step {fn.__name__}"
         if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
             raise ImproperlyConfigured(
-                f"step {fn.__name__}: retries must be a whole number >= 0, got {retries!r}"
+                f"{where}: retries must be a whole number >= 0, got {retries!r}"
             )
         if compensate is not None and (not isinstance(compensate, str) or not compensate):
             raise ImproperlyConfigured(
-                f"step {fn.__name__}: compensate must name a method, got {compensate!r}"
+                f"{where}: compensate must name a method, got {compensate!r}"
             )
         if compensate_retries is not None and (
             not isinstance(compensate_retries, int)
@@ -87,25 +105,64 @@ class StepDef:
             or compensate_retries < 0
         ):
             raise ImproperlyConfigured(
-                f"step {fn.__name__}: compensate_retries must be a whole number >= 0, "
+                f"{where}: compensate_retries must be a whole number >= 0, "
                 f"got {compensate_retries!r}"
             )
+        if backoff_kind not in BACKOFF_KINDS:
+            raise ImproperlyConfigured(
+                f"{where}: backoff_kind must be one of {', '.join(map(repr, BACKOFF_KINDS))}, "
+                f"got {backoff_kind!r}"
+            )
+        if not isinstance(jitter, bool):
+            raise ImproperlyConfigured(f"{where}: jitter must be True or False, got {jitter!r}")
+        if isinstance(give_up_on, type):
+            give_up_on = (give_up_on,)
+        if not isinstance(give_up_on, tuple | list) or not all(
+            isinstance(c, type) and issubclass(c, BaseException) for c in give_up_on
+        ):
+            raise ImproperlyConfigured(
+                f"{where}: give_up_on must be a tuple of exception classes, got {give_up_on!r}"
+            )
         try:
-            self.backoff = as_timedelta(backoff, f"step {fn.__name__}: backoff")
-            self.max_backoff = as_timedelta(max_backoff, f"step {fn.__name__}: max_backoff")
+            self.backoff = as_timedelta(backoff, f"{where}: backoff")
+            self.max_backoff = as_timedelta(
+                DEFAULT_MAX_BACKOFF if max_backoff is None else max_backoff,
+                f"{where}: max_backoff",
+            )
+            self.timeout = None if timeout is None else as_timedelta(timeout, f"{where}: timeout")
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(str(exc)) from exc
+        if self.timeout is not None and self.timeout <= timedelta(0):
+            raise ImproperlyConfigured(f"{where}: timeout must be positive, got {timeout!r}")
         self.fn = fn
         self.name = fn.__name__
         self.retries = retries
+        self.backoff_kind = backoff_kind
+        self.jitter = jitter
+        self.give_up_on = tuple(give_up_on)
         self.compensate = compensate
         # A compensation retries like its step unless told otherwise.
         self.compensate_retries = retries if compensate_retries is None else compensate_retries
         self.__doc__ = fn.__doc__
 
     def delay_before(self, attempt: int) -> timedelta:
-        """The wait before ``attempt`` (2, 3, ...): backoff doubling each time, capped."""
-        return min(self.backoff * (2 ** max(attempt - 2, 0)), self.max_backoff)
+        """The wait before ``attempt`` (2, 3, ...), by ``backoff_kind``, capped, jittered."""
+        n = max(attempt - 1, 1)  # the n-th retry
+        base = self.backoff.total_seconds()
+        if self.backoff_kind == "exponential":
+            seconds = base * 2.0 ** min(n - 1, 64)
+        elif self.backoff_kind == "linear":
+            seconds = base * n
+        else:
+            seconds = base
+        seconds = min(seconds, self.max_backoff.total_seconds())
+        if self.jitter:
+            seconds *= random.uniform(0.5, 1.0)
+        return timedelta(seconds=seconds)
+
+    def gives_up_on(self, exc: BaseException) -> bool:
+        """True when ``exc`` fails the step at once (``give_up_on``)."""
+        return bool(self.give_up_on) and isinstance(exc, self.give_up_on)
 
     def __call__(self, workflow_self, ctx):
         return self.fn(workflow_self, ctx)
@@ -132,12 +189,25 @@ class Registry:
     def __init__(self):
         self._by_name: dict[str, type[Workflow]] = {}
         self._finders: list[Callable[[str], object]] = []
+        self._found_prefixes: list[str] | None = []
 
-    def add_finder(self, finder: Callable[[str], object]) -> None:
+    def add_finder(self, finder: Callable[[str], object], *, prefix: str | None = None) -> None:
         """Call ``finder(name)`` for a name nobody registered yet, so it can import the
-        module that defines it (the tasks backend's workflows live with their tasks)."""
+        module that defines it (the tasks backend's workflows live with their tasks).
+        ``prefix``: the names it finds start with it (None: it may find any name)."""
         if finder not in self._finders:
             self._finders.append(finder)
+            if prefix is None or self._found_prefixes is None:
+                self._found_prefixes = None
+            else:
+                self._found_prefixes.append(prefix)
+
+    def served(self) -> tuple[list[str], list[str]] | None:
+        """What a worker can run: the registered names and the prefixes of the names
+        finders find; None when a finder may find any name."""
+        if self._found_prefixes is None:
+            return None
+        return sorted(self._by_name), list(self._found_prefixes)
 
     def register(self, workflow: type[Workflow]) -> None:
         existing = self._by_name.get(workflow.name)
@@ -227,6 +297,17 @@ class Workflow:
             return
         _check_definition(cls)
         registry.register(cls)
+
+    @classmethod
+    def step_names(cls) -> list[str]:
+        """The names of the steps, in order (what a run records when it starts)."""
+        return [s.name for s in cls.steps]
+
+    def step_named(self, name: str) -> StepDef:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise LookupError(f"{self.name} has no step {name!r}")
 
 
 def _collect_steps(cls: type) -> list[StepDef]:

@@ -15,3 +15,14 @@ class SideEffect(models.Model):
 
     def __str__(self):
         return f"{self.step} of {self.run_id}"
+
+
+class Execution(models.Model):
+    """One execution of a step's body; repeats are allowed (and counted)."""
+
+    run_id = models.UUIDField(db_index=True)
+    step = models.CharField(max_length=100)
+    pid = models.IntegerField(null=True)
+
+    def __str__(self):
+        return f"{self.step} of {self.run_id}"

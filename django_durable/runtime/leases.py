@@ -1,0 +1,86 @@
+"""A worker's heartbeat: renewing its leases, noticing the runs it lost, and saying
+once (not once a second) when the database is out of reach.
+
+Leases are renewed by the database's clock (``store.renew_leases``), so a
+worker whose own clock is off keeps its runs for exactly the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from django_durable import store
+from django_durable.models import Status
+
+if TYPE_CHECKING:
+    from django_durable.runtime.worker import Worker
+
+logger = logging.getLogger("django_durable.runtime.worker")
+
+
+class Outage:
+    """Logs the first failure of a database outage and the return, not every retry.
+
+    Shared by a worker's threads: the dispatcher, the heartbeat, the maintenance."""
+
+    def __init__(self, worker_id: str):
+        self.worker_id = worker_id
+        self._lock = threading.Lock()
+        self._failing: set[str] = set()
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        with self._lock:
+            first = not self._failing
+            self._failing.add(what)
+        if first:
+            logger.warning(
+                "worker %s: the database is out of reach (%s failed: %s); "
+                "retrying until it is back",
+                self.worker_id,
+                what,
+                exc,
+            )
+        store.reset_connection_after_error()
+
+    def succeeded(self, what: str) -> None:
+        if not self._failing:
+            return
+        with self._lock:
+            self._failing.discard(what)
+            back = not self._failing
+        if back:
+            logger.warning("worker %s: the database is back", self.worker_id)
+
+
+def renew(worker: Worker) -> set:
+    """Renew ``worker``'s row and the leases of the runs it holds.
+
+    A run it no longer owns (cancelled, recovered elsewhere) is flagged, so the
+    step's next ``ctx.heartbeat()`` raises ``Cancelled`` without asking the
+    database and no later step starts. Returns the ids of such runs.
+    """
+    holding = worker.held()
+    store.worker_heartbeat(worker.worker_id, stopping=worker.stopping)
+    lost = store.renew_leases(
+        worker.worker_id, [(h.run.id, h.fence) for h in holding], worker.lease
+    )
+    for h in holding:
+        if h.run.id not in lost or getattr(h.run, "lease_lost", False):
+            continue
+        h.run.lease_lost = True
+        status, fence = lost[h.run.id] or ("deleted", None)
+        if status == Status.CANCELLED:
+            why = "was cancelled"
+        elif fence != h.fence or status == "deleted":
+            why = f"was taken over ({status})"
+        else:
+            continue  # it just finished or suspended: nothing to say
+        logger.info(
+            "run %s (%s) %s; its step stops at its next ctx.heartbeat() and no later step runs",
+            h.run.id,
+            h.run.workflow,
+            why,
+        )
+    return set(lost)
