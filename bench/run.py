@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import extras, plots, report, report_extras  # noqa: E402
+from bench import extras, report, report_extras  # noqa: E402
 from bench.common import connect, drop_database, recreate_database  # noqa: E402
 
 # (name, module, database, package that must be importable)
@@ -244,6 +244,9 @@ def main() -> int:
         if metrics:
             report.update_docs(docs, info, table)
         if "soak" in recorded:
+            # matplotlib is a bench extra: only the soak needs it.
+            from bench import plots
+
             plots.soak_curves(recorded["soak"], ROOT / "docs" / "img")
         report_extras.update_docs(docs, recorded)
     # The smoke test: every metric of ours and of raw PostgreSQL was measured.
