@@ -101,7 +101,7 @@ def test_rerun_refused_while_the_key_is_taken_says_release_first_and_writes_noth
     before = activity.list()
     response, messages = post(admin_client, run_id, "rerun")
     assert messages == [
-        f"Rerun refused: The key is held by this run (completed) and reuse='never' "
+        "Rerun refused: The key is held by this run (completed) and reuse='never' "
         "keeps it: release the key first."
     ]
     assert Run.objects.filter(key="invoice:3").count() == 1

@@ -21,7 +21,7 @@ from django_durable.models import Run, Schedule, WorkerNode
 from django_durable.store import now
 from django_durable.testing import drain
 from tests.dashboard_workflows import DashAwaitsEvent, DashOrder
-from tests.testapp.workflows import SendInvoice, SlowRetry, SyncAccount
+from tests.testapp.workflows import SlowRetry, SyncAccount
 
 pytestmark = pytest.mark.django_db
 

@@ -36,7 +36,7 @@ def patterns(run_admin) -> list:
         path("inputs/<uuid:run_id>/answer/", act(pending.answer), name="answer"),
         path("schedules/", see(schedules.schedules_page), name="schedules"),
         path(
-            "schedules/<str:name>/<slug:action>/",
+            "schedules/<path:name>/<slug:action>/",
             act(schedules.schedule_action),
             name="schedule_action",
         ),
