@@ -11,8 +11,16 @@ from __future__ import annotations
 
 from django.http import Http404, HttpResponse
 
-from django_durable import query, stats
-from django_durable.dashboard import actions, counts, keyview, timeline, values, workers
+from django_durable import query
+from django_durable.dashboard import (
+    actions,
+    counts,
+    keystats,
+    keyview,
+    timeline,
+    values,
+    workers,
+)
 from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
@@ -32,7 +40,7 @@ def overview(request, run_admin):
     context = {
         "status_counts": status_counts,
         "counted": counted,
-        "key_stats": stats.keys(),
+        "key_stats": keystats.summary(),
         "activity": query.recent_activity(20),
         "recent_runs": _listed(Run.objects.order_by("-created_at", "-id"), 10),
         "workflows": sorted(w.name for w in registry.all()),
@@ -224,7 +232,7 @@ def workflow(request, run_admin, name):
         "schedules": getattr(definition, "schedules", []) if definition else [],
         "status_counts": status_counts,
         "counted": counted,
-        "key_stats": stats.keys(workflow=name),
+        "key_stats": keystats.summary(name),
         "key_rows": key_rows,
         "recent_runs": _listed(query.runs_of(name), 10),
     }
