@@ -154,7 +154,7 @@ def check_dashboard(app_configs=None, **kwargs):
             Error(
                 f"{HTMX_MIDDLEWARE} is not in MIDDLEWARE.",
                 hint=f'Add "{HTMX_MIDDLEWARE}" to MIDDLEWARE (after AuthenticationMiddleware).',
-                id="django_durable.E011",
+                id="django_durable.E012",
             )
         )
     try:
@@ -165,7 +165,7 @@ def check_dashboard(app_configs=None, **kwargs):
                 "The dashboard's URLs are not included.",
                 hint='Add path("admin/durable/", include("django_durable.urls")) to your '
                 "URLconf, before the admin's own URLs.",
-                id="django_durable.E012",
+                id="django_durable.E013",
             )
         )
     return errors

@@ -279,9 +279,9 @@ def test_system_checks_for_the_htmx_middleware_and_the_urls(settings):
     assert not [m for m in run_checks() if m.id.startswith("django_durable.E01")]
     middleware = [m for m in settings.MIDDLEWARE if "htmx" not in m]
     with override_settings(MIDDLEWARE=middleware):
-        assert "django_durable.E011" in [m.id for m in run_checks()]
-    with override_settings(ROOT_URLCONF="tests.urls_without_dashboard"):
         assert "django_durable.E012" in [m.id for m in run_checks()]
+    with override_settings(ROOT_URLCONF="tests.urls_without_dashboard"):
+        assert "django_durable.E013" in [m.id for m in run_checks()]
 
 
 @override_settings(

@@ -33,7 +33,7 @@ FRAME_HEADERS = {
 
 def is_htmx(request: HttpRequest) -> bool:
     """An htmx request, read from its header: works with or without HtmxMiddleware
-    (the check ``django_durable.E011`` asks for it, the pages never need it)."""
+    (the check ``django_durable.E012`` asks for it, the pages never need it)."""
     return request.headers.get("HX-Request") == "true"
 
 

@@ -8,7 +8,7 @@ estimates, as fresh as the last (auto)ANALYZE, and the dashboard says so.
 
 from __future__ import annotations
 
-from django.db import connection
+from django_durable.store.base import db
 
 __all__ = ["status_estimates"]
 
@@ -29,6 +29,7 @@ SELECT c.reltuples::bigint,
 def status_estimates() -> dict[str, int] | None:
     """Estimated runs per status on PostgreSQL; None where there are no statistics
     (SQLite, or a table never analysed): the caller counts instead."""
+    connection = db()
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:
