@@ -73,11 +73,14 @@ def human_duration(delta: timedelta | None) -> str:
     return f"{days} d {hours} h"
 
 
-def _gap(previous: StepAttempt, following_start: datetime | None, now: datetime) -> Bar | None:
+def _gap(previous: StepAttempt, following: StepAttempt | None, now: datetime) -> Bar | None:
     ended = previous.finished_at
     if ended is None:
         return None
+    following_start = following.started_at if following is not None else None
     end = following_start or now
+    if following is not None and following.kind != previous.kind:
+        return Bar("compensations start", "queued", "pending", ended, end)
     if previous.status == StepAttempt.Outcome.SUSPENDED:
         return Bar(f"{previous.step}: wait", "wait", "waiting", ended, end, following_start is None)
     if previous.status == StepAttempt.Outcome.FAILED and following_start is not None:
@@ -99,7 +102,7 @@ def build(run: Run, attempts: list[StepAttempt], now: datetime) -> Timeline | No
         label = f"{attempt.step} #{attempt.attempt}"
         end = attempt.finished_at or now
         bars.append(Bar(label, kind, attempt.status, attempt.started_at, end, still))
-        following = attempts[i + 1].started_at if i + 1 < len(attempts) else None
+        following = attempts[i + 1] if i + 1 < len(attempts) else None
         waiting_now = following is None and run.status == "waiting"
         if following is not None or waiting_now:
             gap = _gap(attempt, following, now)
@@ -158,7 +161,7 @@ def graph(step_names: list[str], attempts: list[StepAttempt], children: list[Run
             node.compensation = attempt.step
             node.compensation_status = STEP_STATUS.get(attempt.status, attempt.status)
             continue
-        node.attempts += 1
+        node.attempts = max(node.attempts, attempt.attempt)  # a resume is the same attempt
         node.status = STEP_STATUS.get(attempt.status, attempt.status)
     step_attempts = [a for a in attempts if a.kind == StepAttempt.Kind.STEP]
     for child in children:
