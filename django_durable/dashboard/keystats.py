@@ -14,12 +14,12 @@ from datetime import datetime
 from django.db.models import Count
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import TruncHour
+from django.utils.timezone import now
 
 from django_durable.dashboard.counts import bounded
 from django_durable.models import Activity, Run
 from django_durable.query import DROPPING_OUTCOMES, readds
 from django_durable.stats import BUCKET, BUCKETS, TOP_KEYS
-from django_durable.store import now
 
 
 def summary(workflow: str | None = None) -> dict:

@@ -10,6 +10,7 @@ estimated (``counts``), and no query grows with the runs table.
 from __future__ import annotations
 
 from django.http import Http404, HttpResponse
+from django.utils.timezone import now
 
 from django_durable import query
 from django_durable.dashboard import (
@@ -25,7 +26,6 @@ from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.models import Event, Run, StepAttempt
-from django_durable.store import now
 from django_durable.workflows.definition import registry
 
 LIST_FIELDS_DEFERRED = ("input", "context", "result", "state")

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Count
+from django.utils.timezone import now
 
 from django_durable.conf import durable_settings
 from django_durable.dashboard.site import render_page
 from django_durable.models import CLAIMABLE_STATUSES, Run, Status, WorkerNode
-from django_durable.store import now
 from django_durable.workflows.definition import registry
 
 HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
