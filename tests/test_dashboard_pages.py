@@ -5,6 +5,7 @@ the htmx answer to an expired session, the system checks, and the queries of
 every page pinned by count."""
 
 import json
+import logging
 import re
 import uuid
 
@@ -16,6 +17,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 import django_durable as durable
+from django_durable import step
 from django_durable.dashboard import search, values
 from django_durable.models import Run, Schedule, WorkerNode
 from django_durable.store import now
@@ -322,3 +324,14 @@ def test_every_action_needs_a_csrf_token(admin_user):
     assert Schedule.objects.get(name="nightly").enabled
     assert not Run.objects.filter(key="nightly-sync").exists()
     assert not LogEntry.objects.exists()
+
+
+def test_run_page_shows_what_each_attempt_logged(admin_client, define):
+    def shouts(self, ctx):
+        logging.getLogger("dash.shouter").warning("<b>careful</b>")
+
+    run_id = durable.start(define("dash_shouter", go=step(shouts)))
+    drain()
+    html = get(admin_client, "run", run_id)
+    logs = html[html.index('id="attempt-logs"') :]
+    assert "shouts attempt 1: 1 log record" in logs and "&lt;b&gt;careful&lt;/b&gt;" in logs

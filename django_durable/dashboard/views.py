@@ -172,6 +172,7 @@ def run(request, run_admin, run_id):
         "all_steps_done": bool(step_names) and found.step_index >= len(step_names),
         "attempts": attempts,
         "failed_attempts": [a for a in attempts if a.error],
+        "logged_attempts": [a for a in attempts if getattr(a, "logs", None)],
         "events": list(Event.objects.filter(run=found).order_by("id")[:100]),
         "values": shown,
         "error": _describe_error(found.error),
