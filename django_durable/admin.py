@@ -1,14 +1,28 @@
 """Admin registrations: runs (read-only, linked to the dashboard), keys, activity,
-schedules and workers. The admin index links to the dashboard."""
+schedules and workers. The admin index links to the dashboard.
+
+``RunAdmin`` also serves the dashboard: ``dashboard_urls()`` are its pages, each
+wrapped in its site's ``admin_view`` and rendered with the site's
+``each_context``, so a project's own ``AdminSite`` gives them its login page,
+chrome and sidebar. Its change list never counts the runs table (a bounded
+count) and never scans it for filter choices (they come from the defined
+workflows).
+"""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from functools import cached_property
+
+from django.contrib import admin, messages
+from django.contrib.admin.exceptions import NotRegistered
+from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from django_durable.dashboard import search
+from django_durable.dashboard.counts import BOUND
+from django_durable.dashboard.urls import APP_NAME, patterns
 from django_durable.models import (
     Activity,
     HeldKey,
@@ -16,6 +30,7 @@ from django_durable.models import (
     Schedule,
     WorkerNode,
 )
+from django_durable.workflows.definition import registry
 
 # The admin index gains a box of links to the dashboard, unless the project
 # already chose its own index template.
@@ -43,6 +58,59 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class BoundedPaginator(Paginator):
+    """Counts at most ``BOUND`` rows: the change list of a million runs pages
+    through the newest ones without counting them all."""
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list.order_by()[:BOUND].count()
+
+
+class _DefinedValues(admin.SimpleListFilter):
+    """Choices from the defined workflows, not a DISTINCT over every run."""
+
+    def values(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request, model_admin):
+        return [(v, v) for v in sorted(set(self.values()))]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{self.parameter_name: value}) if value else queryset
+
+
+class WorkflowFilter(_DefinedValues):
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def values(self):
+        return [w.name for w in registry.all()]
+
+
+class QueueFilter(_DefinedValues):
+    title = "queue"
+    parameter_name = "queue"
+
+    def values(self):
+        return [w.queue for w in registry.all()]
+
+
+_run_admins: list[RunAdmin] = []
+
+
+def dashboard_admin() -> RunAdmin:
+    """The ``RunAdmin`` whose site serves ``django_durable.urls``: the default
+    site's, else the last one a project registered on its own site."""
+    try:
+        return admin.site.get_model_admin(Run)
+    except NotRegistered:
+        if not _run_admins:
+            raise
+        return _run_admins[-1]
+
+
 @admin.register(Run)
 class RunAdmin(ReadOnlyAdmin):
     list_display = (
@@ -56,13 +124,25 @@ class RunAdmin(ReadOnlyAdmin):
         "finished_at",
         "dashboard",
     )
-    list_filter = ("status", "workflow", "queue", "holds_key")
+    list_filter = ("status", WorkflowFilter, QueueFilter, "holds_key")
     search_fields = ("=id", "key", "workflow")
     search_help_text = "key:article:42, status:failed, workflow:name, or text"
     date_hierarchy = None
     ordering = ("-created_at",)
     show_full_result_count = False
     list_select_related = False
+    paginator = BoundedPaginator
+
+    def __init__(self, model, admin_site):
+        super().__init__(model, admin_site)
+        _run_admins.append(self)
+
+    def dashboard_urls(self) -> tuple[list, str]:
+        """The dashboard's pages on this admin's site, for ``include()``."""
+        return patterns(self), APP_NAME
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("input", "context", "result", "state")
 
     @admin.display(description="dashboard")
     def dashboard(self, run):
@@ -72,9 +152,11 @@ class RunAdmin(ReadOnlyAdmin):
     def get_search_results(self, request, queryset, search_term):
         """The admin's search box understands the dashboard's syntax too."""
         parsed = search.parse(search_term)
-        if not parsed.errors:
-            return parsed.apply(queryset), False
-        return queryset.none(), False
+        for problem in parsed.errors:
+            messages.error(request, f"Search: {problem}. No run is shown.")
+        for note in parsed.notes:
+            messages.warning(request, f"Search: {note}")
+        return parsed.apply(queryset), False
 
 
 @admin.register(HeldKey)

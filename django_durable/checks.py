@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.urls import NoReverseMatch, reverse
 
 from django_durable import conf
 from django_durable.conf import DEFAULTS
@@ -146,3 +147,34 @@ def sqlite_transaction_warnings(databases: dict) -> list[Warning]:
                 )
             )
     return warnings
+
+
+HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
+
+
+@register(Tags.urls)
+def check_dashboard(app_configs=None, **kwargs):
+    """The dashboard needs its URLs included and django-htmx's middleware: without
+    them the admin links lead nowhere, and pages a project adds on top of ours
+    (``request.htmx``) fail."""
+    errors = []
+    if HTMX_MIDDLEWARE not in getattr(settings, "MIDDLEWARE", []):
+        errors.append(
+            Error(
+                f"{HTMX_MIDDLEWARE} is not in MIDDLEWARE.",
+                hint=f'Add "{HTMX_MIDDLEWARE}" to MIDDLEWARE (after AuthenticationMiddleware).',
+                id="django_durable.E012",
+            )
+        )
+    try:
+        reverse("django_durable:overview")
+    except NoReverseMatch:
+        errors.append(
+            Error(
+                "The dashboard's URLs are not included.",
+                hint='Add path("admin/durable/", include("django_durable.urls")) to your '
+                "URLconf, before the admin's own URLs.",
+                id="django_durable.E013",
+            )
+        )
+    return errors

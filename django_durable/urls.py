@@ -1,17 +1,15 @@
-"""The dashboard's URLs. Include them under the admin, e.g.
-``path("admin/durable/", include("django_durable.urls"))`` before ``admin.site.urls``."""
+"""The dashboard's URLs. Include them under the admin, before the admin's own:
+``path("admin/durable/", include("django_durable.urls"))``.
 
-from django.urls import path
+The pages are served by the admin site that registered ``Run`` (its login page,
+chrome and sidebar): ``admin.site``, or the project's own site where it
+registered ``django_durable.admin.RunAdmin`` (see docs/dashboard.md for a site
+of your own: ``include(my_site.get_model_admin(Run).dashboard_urls())``).
+"""
 
-from django_durable.dashboard import actions, views
+from django_durable.admin import dashboard_admin
+from django_durable.dashboard.urls import APP_NAME, patterns
 
-app_name = "django_durable"
+app_name = APP_NAME
 
-urlpatterns = [
-    path("", views.overview, name="overview"),
-    path("keys/", views.keys, name="keys"),
-    path("runs/", views.runs, name="runs"),
-    path("runs/<uuid:run_id>/", views.run, name="run"),
-    path("runs/<uuid:run_id>/<slug:action>/", actions.run_action, name="run_action"),
-    path("workflows/<str:name>/", views.workflow, name="workflow"),
-]
+urlpatterns = patterns(dashboard_admin())

@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (the fixtures imported from tests.browser are arguments here)
 """The dashboard in a real browser: Playwright drives Debian's Chromium against
 pytest-django's live server.
 
@@ -6,54 +7,18 @@ DURABLE_SCREENSHOTS (``DURABLE_SCREENSHOTS=docs/img pytest tests/test_browser.py
 refreshes the README's pictures).
 """
 
-import os
 import re
-from pathlib import Path
 
 import pytest
-from playwright import sync_api
 
 import django_durable as durable
 from django_durable import activity
-from django_durable.dashboard import views
+from django_durable.dashboard import site
 from django_durable.testing import drain
+from tests.browser import PASSWORD, chromium, shots  # noqa: F401 (fixtures)
 from tests.testapp.workflows import ProcessArticle, SendInvoice, SyncAccount
 
-CHROMIUM = os.environ.get("DURABLE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-PASSWORD = "correct horse battery staple"
-
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM
-    # calls are ordinary synchronous code between browser steps.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture
-def shots(tmp_path) -> Path:
-    folder = Path(os.environ.get("DURABLE_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @pytest.fixture
@@ -145,12 +110,12 @@ def test_release_a_key_and_see_the_result(page, live_server, traffic, shots):
 
     # Releasing again is refused, with the reason.
     page.goto(f"{live_server.url}/admin/durable/runs/{traffic['failed']}/release-key/")
-    page.click("input[type=submit][value='Yes, release key']")
-    assert "Release key refused: NoKey" in page.locator("ul.messagelist li.error").inner_text()
+    refusal = page.locator(".durable-confirm .errornote").inner_text()
+    assert refusal == "Release key would be refused: The run holds no key."
 
 
 def test_keys_list_refreshes_itself_without_reloading(page, live_server, monkeypatch):
-    monkeypatch.setattr(views, "REFRESH_SECONDS", 1)
+    monkeypatch.setattr(site, "REFRESH_SECONDS", 1)
     page.goto(f"{live_server.url}/admin/durable/keys/")
     page.evaluate("window.durableMarker = 'still here'")
     durable.start(SyncAccount, {"id": 99}, key="account:new-arrival")

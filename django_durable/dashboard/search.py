@@ -5,6 +5,10 @@
 to include spaces (``key:"order 7"``). ``status:`` and ``workflow:`` match
 exactly. Anything else is free text: a run id, or a part of a key or a
 workflow name.
+
+A search is bounded whatever is typed: the text is cut at ``MAX_CHARS`` and at
+most ``MAX_WORDS`` free-text words are searched, each a ``LIKE`` in the one
+statement; ``notes`` says what was left out.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from django.db.models import Q
 from django_durable.models import Status
 
 FILTERS = ("key", "status", "workflow", "queue")
+MAX_CHARS = 1000
+MAX_WORDS = 8
 TOKEN = re.compile(r'(?:(?P<name>[a-z]+):)?(?:"(?P<quoted>[^"]*)"?|(?P<bare>\S+))')
 
 
@@ -28,20 +34,26 @@ class RunSearch:
     filters: dict[str, str] = field(default_factory=dict)
     text: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def apply(self, runs):
-        """Filter a ``Run`` queryset by this search."""
-        for name, value in self.filters.items():
-            runs = runs.filter(**{name: value})
+        """Filter a ``Run`` queryset by this search (nothing when it has errors)."""
+        if self.errors:
+            return runs.none()
+        condition = Q(**self.filters)
         for word in self.text:
-            runs = runs.filter(_text_filter(word))
-        return runs
+            condition &= _text_filter(word)
+        return runs.filter(condition)
 
 
 def parse(query: str | None) -> RunSearch:
     """Parse the search box's text; unknown statuses become ``errors``."""
     search = RunSearch()
-    for match in TOKEN.finditer(query or ""):
+    query = query or ""
+    if len(query) > MAX_CHARS:
+        search.notes.append(f"The search was cut to its first {MAX_CHARS} characters.")
+        query = query[:MAX_CHARS]
+    for match in TOKEN.finditer(query):
         name = match.group("name")
         value = match.group("quoted") if match.group("quoted") is not None else match.group("bare")
         if name in FILTERS and value:
@@ -56,6 +68,12 @@ def parse(query: str | None) -> RunSearch:
             search.text.append(f"{name}:{value}")
         elif value:
             search.text.append(value)
+    if len(search.text) > MAX_WORDS:
+        left = len(search.text) - MAX_WORDS
+        search.notes.append(
+            f"Only the first {MAX_WORDS} words were searched; {left} more were left out."
+        )
+        del search.text[MAX_WORDS:]
     return search
 
 

@@ -1,128 +1,59 @@
-"""The dashboard: overview, keys, runs, a run (with its Key view), a workflow.
+"""The dashboard's reading pages: overview, keys, runs, a run, a workflow.
 
-Pages are staff only and render inside the admin (its base template and
-``admin.site.each_context``). Lists refresh themselves with htmx: an htmx
-request gets the list partial, any other request the full page. The views only
-read; the actions (``actions.py``) go through the public operations.
+Every view is ``view(request, run_admin, ...)``, served through
+``site.guard`` (the admin site's login and chrome, ``view_run``, no framing).
+Each page has one live part that htmx polls; the poll answers 204 while it is
+unchanged. Queries are bounded: pages of 50 without a count, counts bounded or
+estimated (``counts``), and no query grows with the runs table.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from django.http import Http404, HttpResponse
+from django.utils.timezone import now
 
-from django.contrib import admin
-from django.contrib.auth.views import redirect_to_login
-from django.core.exceptions import PermissionDenied
-from django.http import Http404
-from django.shortcuts import render
-from django.urls import reverse
-
-import django_durable as durable
-from django_durable import query, stats
-from django_durable.dashboard import keyview
-from django_durable.dashboard.filters import KeyFilter, RunFilter
-from django_durable.dashboard.keyview import pretty
-from django_durable.models import (
-    ACTIVE_STATUSES,
-    FINISHED_STATUSES,
-    Event,
-    Run,
-    Status,
-    StepAttempt,
+from django_durable import query
+from django_durable.dashboard import (
+    actions,
+    counts,
+    keystats,
+    keyview,
+    timeline,
+    values,
+    workers,
 )
+from django_durable.dashboard.filters import KeyFilter, RunFilter
+from django_durable.dashboard.paging import page_of
+from django_durable.dashboard.site import render_page
+from django_durable.models import Event, Run, StepAttempt
 from django_durable.workflows.definition import registry
 
-PER_PAGE = 50
-REFRESH_SECONDS = 5
+LIST_FIELDS_DEFERRED = ("input", "context", "result", "state")
+SORTS = {
+    "-created": ("-created_at", "-id"),
+    "created": ("created_at", "id"),
+}
 
 
-def staff_required(view):
-    """Anonymous users go to the admin login; signed-in users who aren't staff get 403."""
-
-    @functools.wraps(view)
-    def wrapped(request, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return redirect_to_login(request.get_full_path(), reverse("admin:login"))
-        if not (request.user.is_active and request.user.is_staff):
-            raise PermissionDenied("the durable workflows dashboard is for staff only")
-        return view(request, *args, **kwargs)
-
-    return wrapped
-
-
-@dataclass
-class Page:
-    """A page of a list without counting the whole list: a count of a table of
-    millions of runs would cost more than the page itself."""
-
-    items: list
-    number: int
-    has_next: bool
-
-    @property
-    def has_previous(self) -> bool:
-        return self.number > 1
-
-    @property
-    def next_number(self) -> int:
-        return self.number + 1
-
-    @property
-    def previous_number(self) -> int:
-        return self.number - 1
-
-
-def page_of(queryset, request, per_page: int = PER_PAGE) -> Page:
-    try:
-        number = max(1, int(request.GET.get("page", 1)))
-    except ValueError:
-        number = 1
-    start = (number - 1) * per_page
-    items = list(queryset[start : start + per_page + 1])
-    return Page(items[:per_page], number, len(items) > per_page)
-
-
-def _render(request, template: str, partial: str, title: str, context: dict):
-    """The partial for htmx requests (polling), the full page otherwise."""
+def overview(request, run_admin):
+    status_counts, counted = counts.status_counts()
     context = {
-        **admin.site.each_context(request),
-        "title": title,
-        "partial_template": partial,
-        "refresh_seconds": REFRESH_SECONDS,
-        **context,
-    }
-    if request.htmx:
-        return render(request, partial, context)
-    return render(request, template, context)
-
-
-def _query_without_page(request) -> str:
-    params = request.GET.copy()
-    params.pop("page", None)
-    return params.urlencode()
-
-
-@staff_required
-def overview(request):
-    counts = query.status_counts()
-    context = {
-        "status_counts": [(s.value, counts.get(s.value, 0)) for s in Status],
-        "total_runs": sum(counts.values()),
-        "key_stats": stats.keys(),
+        "status_counts": status_counts,
+        "counted": counted,
+        "key_stats": keystats.summary(),
         "activity": query.recent_activity(20),
-        "recent_runs": list(Run.objects.order_by("-created_at", "-id")[:10]),
-        # The defined workflows: listing the names found in a big runs table would
-        # scan it on every refresh.
+        "recent_runs": _listed(Run.objects.order_by("-created_at", "-id"), 10),
         "workflows": sorted(w.name for w in registry.all()),
+        "unserved": workers.unserved_queues(),
     }
     _add_bars(context["key_stats"])
-    return _render(
+    return render_page(
         request,
+        run_admin,
         "django_durable/overview.html",
-        "django_durable/_overview_live.html",
         "Durable workflows",
         context,
+        live="django_durable/_overview_live.html",
     )
 
 
@@ -134,76 +65,135 @@ def _add_bars(key_stats: dict) -> None:
         bucket["percent"] = round(100 * bucket["count"] / top)
 
 
-@staff_required
-def keys(request):
+def _listed(runs, limit: int | None = None) -> list[Run]:
+    """Runs for a list: without their big values, with a step count."""
+    runs = runs.defer(*LIST_FIELDS_DEFERRED)
+    return _decorate(list(runs[:limit] if limit else runs))
+
+
+def _decorate(rows: list[Run]) -> list[Run]:
+    for run in rows:
+        definition = _definition(run.workflow)
+        run.step_total = len(definition.steps) if definition else None
+        run.step_number = run.step_index + 1
+        run.error_headline = _describe_error(run.error)["headline"] if run.error else ""
+    return rows
+
+
+def keys(request, run_admin):
     filters = KeyFilter(request.GET or None, queryset=query.keyed_runs())
-    runs = filters.qs if filters.is_bound and filters.is_valid() else query.keyed_runs()
+    if filters.is_bound and not filters.is_valid():
+        runs = query.keyed_runs().none()
+    else:
+        runs = filters.qs if filters.is_bound else query.keyed_runs()
     page = page_of(query.group_keys(runs), request)
     page.items = query.describe_keys(page.items)
     context = {"filters": filters, "page": page, "query_string": _query_without_page(request)}
-    return _render(
-        request, "django_durable/keys.html", "django_durable/_keys_table.html", "Keys", context
+    return render_page(
+        request,
+        run_admin,
+        "django_durable/keys.html",
+        "Keys",
+        context,
+        live="django_durable/_keys_table.html",
     )
 
 
-@staff_required
-def runs(request):
-    base = Run.objects.order_by("-created_at", "-id")
-    filters = RunFilter(request.GET or None, queryset=base)
-    runs = filters.qs if filters.is_bound and filters.is_valid() else base
-    page = page_of(runs, request)
+def matching_runs(params):
+    """The runs the search and filters in ``params`` (a QueryDict) select, in the
+    chosen order, with the messages to show above them (errors select nothing)."""
+    order = SORTS.get(params.get("o", "-created"), SORTS["-created"])
+    base = Run.objects.defer(*LIST_FIELDS_DEFERRED).order_by(*order)
+    params = params.copy()
+    for name in ("page", "_seen", "o"):
+        params.pop(name, None)
+    filters = RunFilter(params or None, queryset=base)
+    problems: list[str] = []
+    if filters.is_bound and not filters.is_valid():
+        for name, errors in filters.errors.items():
+            problems.extend(f"{name}: {e}" for e in errors)
+        runs = base.none()
+    else:
+        runs = filters.qs if filters.is_bound else base
+    search = getattr(filters, "search", None)
+    notes = []
+    if search is not None:
+        problems.extend(search.errors)
+        notes.extend(search.notes)
+    return filters, runs, problems, notes
+
+
+def runs(request, run_admin):
+    filters, selected, problems, notes = matching_runs(request.GET)
+    sort = request.GET.get("o") if request.GET.get("o") in SORTS else "-created"
+    page = page_of(selected, request)
+    page.items = _decorate(page.items)
+    if page.clamped:
+        notes.append(f"Pages go up to {page.number}; this is the last one shown.")
     context = {
         "filters": filters,
         "page": page,
-        "search_errors": getattr(filters, "search_errors", []),
+        "search_errors": problems,
+        "search_notes": notes,
         "query_string": _query_without_page(request),
+        "sort": sort,
+        "sort_toggle": _with(request, o="created" if sort == "-created" else "-created"),
     }
-    return _render(
-        request, "django_durable/runs.html", "django_durable/_runs_table.html", "Runs", context
+    return render_page(
+        request,
+        run_admin,
+        "django_durable/runs.html",
+        "Runs",
+        context,
+        live="django_durable/_runs_table.html",
     )
 
 
-@staff_required
-def run(request, run_id):
+def run(request, run_admin, run_id):
     try:
-        found = durable.get_run(run_id)
+        found, shown = values.load_run(run_id)
     except Run.DoesNotExist:
         raise Http404(f"no run {run_id}") from None
+    seen_status = request.GET.get("_status")
+    if seen_status and seen_status != found.status:
+        # The run moved on (failed, finished): the whole page changes, errors and all.
+        response = HttpResponse(status=204)
+        response["HX-Refresh"] = "true"
+        return response
     definition = _definition(found.workflow)
-    steps = [s.name for s in definition.steps] if definition else []
-    attempts = list(StepAttempt.objects.filter(run=found).order_by("id"))
+    step_names = [s.name for s in definition.steps] if definition else []
+    attempts = list(StepAttempt.objects.filter(run=found).defer("output").order_by("id"))
+    children = _listed(Run.objects.filter(parent=found).order_by("created_at"), 50)
+    at = now()
     context = {
         "run": found,
-        "steps": [
-            {
-                "index": i,
-                "name": name,
-                "state": "done"
-                if i < found.step_index
-                else ("current" if i == found.step_index else "later"),
-            }
-            for i, name in enumerate(steps)
-        ],
+        "step_total": len(step_names),
+        "step_number": min(found.step_index + 1, len(step_names)) if step_names else None,
+        "all_steps_done": bool(step_names) and found.step_index >= len(step_names),
         "attempts": attempts,
         "failed_attempts": [a for a in attempts if a.error],
-        "events": list(Event.objects.filter(run=found).order_by("id")),
-        "input_json": pretty(found.input),
-        "context_json": pretty(found.context),
-        "result_json": pretty(found.result) if found.result is not None else None,
+        "logged_attempts": [a for a in attempts if getattr(a, "logs", None)],
+        "events": list(Event.objects.filter(run=found).order_by("id")[:100]),
+        "values": shown,
         "error": _describe_error(found.error),
         "key_view": keyview.build(found),
-        "children": list(Run.objects.filter(parent=found).order_by("created_at")[:50]),
-        "can_retry": found.status == Status.FAILED,
-        "can_rerun": found.status in FINISHED_STATUSES,
-        "can_cancel": found.status in ACTIVE_STATUSES and found.status != Status.COMPENSATING,
-        "can_release": found.status in FINISHED_STATUSES and found.holds_key,
+        "children": children,
+        "offers": actions.offers(found),
+        "timeline": timeline.build(found, attempts, at),
+        "graph": timeline.graph(step_names, attempts, children),
+        "elapsed": timeline.human_duration(
+            (found.finished_at or at) - (found.started_at or found.created_at)
+        ),
     }
-    return _render(
+    for attempt in attempts:
+        attempt.duration = timeline.human_duration((attempt.finished_at or at) - attempt.started_at)
+    return render_page(
         request,
+        run_admin,
         "django_durable/run.html",
-        "django_durable/_run_live.html",
         f"Run {found.id}",
         context,
+        live="django_durable/_run_live.html",
     )
 
 
@@ -212,11 +202,12 @@ def _describe_error(error) -> dict | None:
     if error is None:
         return None
     if not isinstance(error, dict):
-        return {"headline": str(error), "extra": None, "traceback": None}
+        return {"headline": str(error)[:2000], "extra": None, "traceback": None}
     rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback")}
+    message = str(error.get("message", ""))
     return {
-        "headline": f"{error.get('type', 'Error')}: {error.get('message', '')}",
-        "extra": pretty(rest) if rest else None,
+        "headline": f"{error.get('type', 'Error')}: {message[:2000]}",
+        "extra": keyview.pretty(rest)[:20_000] if rest else None,
         "traceback": error.get("traceback"),
     }
 
@@ -228,11 +219,10 @@ def _definition(name: str):
         return None
 
 
-@staff_required
-def workflow(request, name):
+def workflow(request, run_admin, name):
     definition = _definition(name)
-    counts = query.status_counts(name)
-    if definition is None and not counts:
+    status_counts, counted = counts.status_counts(name)
+    if definition is None and not any(n.value for _, n in status_counts):
         raise Http404(f"no workflow is named {name!r}")
     key_rows = query.describe_keys(query.keys_queryset(name)[:20])
     context = {
@@ -241,16 +231,34 @@ def workflow(request, name):
         "class_path": f"{definition.__module__}.{definition.__qualname__}" if definition else "",
         "steps": [s.name for s in definition.steps] if definition else [],
         "schedules": getattr(definition, "schedules", []) if definition else [],
-        "status_counts": [(s.value, counts.get(s.value, 0)) for s in Status],
-        "key_stats": stats.keys(workflow=name),
+        "status_counts": status_counts,
+        "counted": counted,
+        "key_stats": keystats.summary(name),
         "key_rows": key_rows,
-        "recent_runs": list(query.runs_of(name)[:10]),
+        "recent_runs": _listed(query.runs_of(name), 10),
     }
     _add_bars(context["key_stats"])
-    return _render(
+    return render_page(
         request,
+        run_admin,
         "django_durable/workflow.html",
-        "django_durable/_workflow_live.html",
         f"Workflow {name}",
         context,
+        live="django_durable/_workflow_live.html",
     )
+
+
+def _with(request, **params) -> str:
+    """This page's URL with ``params`` set (and the page number dropped)."""
+    query = request.GET.copy()
+    for name in ("page", "_seen", "_status", *params):
+        query.pop(name, None)
+    query.update(params)
+    return f"{request.path}?{query.urlencode()}"
+
+
+def _query_without_page(request) -> str:
+    params = request.GET.copy()
+    for name in ("page", "_seen", "_status"):
+        params.pop(name, None)
+    return params.urlencode()

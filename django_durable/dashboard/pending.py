@@ -1,0 +1,163 @@
+"""The pending inputs page: runs waiting for an input or an event, each with a
+form to answer it, and the POST that answers through the public API
+(``durable.provide_input`` / ``durable.send_event``), recorded in the history.
+
+The form follows the input's kind (``approval``: approve / reject buttons;
+``single_choice`` / ``multi_choice``: the choices; ``free_text``: a text box;
+``any`` and ``form``: a JSON field). An event is answered with a JSON payload.
+Waiting runs are read per defined workflow through the
+``(workflow, status)`` index, never by scanning the runs table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpResponseRedirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+import django_durable as durable
+from django_durable.dashboard import audit
+from django_durable.dashboard.paging import page_of
+from django_durable.dashboard.site import render_page
+from django_durable.exceptions import DurableError
+from django_durable.models import Run, Status
+from django_durable.workflows.definition import registry
+
+KINDS = ("any", "free_text", "approval", "single_choice", "multi_choice", "form")
+MAX_VALUE = 100_000
+
+
+@dataclass
+class Pending:
+    run: Run
+    wait: str  # "input" or "event"
+    name: str
+    kind: str = "any"
+    prompt: str | None = None
+    choices: list = field(default_factory=list)
+
+
+def _described(run: Run, details: dict[str, dict]) -> Pending:
+    wait, _, name = (run.waiting_for or "").partition(":")
+    pending = (run.state or {}).get("pending") or {}
+    described = details.get(str(run.id), {}) if wait == "input" else {}
+    kind = described.get("kind") or pending.get("input_kind") or "any"
+    return Pending(
+        run,
+        wait,
+        name,
+        kind if kind in KINDS else "any",
+        described.get("prompt") or pending.get("prompt"),
+        list(described.get("choices") or pending.get("choices") or []),
+    )
+
+
+def waiting_runs(workflow: str | None = None):
+    names = [workflow] if workflow else sorted(w.name for w in registry.all())
+    return (
+        Run.objects.filter(workflow__in=names, status=Status.WAITING)
+        .filter(waiting_for__regex=r"^(input|event):")
+        .defer("input", "context", "result")
+        .order_by("created_at", "id")
+    )
+
+
+def _input_details() -> dict[str, dict]:
+    """Kinds, prompts and choices from ``durable.list_pending_inputs`` where the
+    installed version has it."""
+    lister = getattr(durable, "list_pending_inputs", None)
+    if lister is None:
+        return {}
+    return {str(row["run_id"]): row for row in lister()}
+
+
+def inputs_page(request, run_admin):
+    workflow = request.GET.get("workflow") or None
+    page = page_of(waiting_runs(workflow), request)
+    details = _input_details() if page.items else {}
+    page.items = [_described(run, details) for run in page.items]
+    context = {
+        "page": page,
+        "query_string": "",
+        "workflows": sorted(w.name for w in registry.all()),
+        "chosen_workflow": workflow,
+    }
+    return render_page(
+        request,
+        run_admin,
+        "django_durable/inputs.html",
+        "Pending inputs",
+        context,
+        live="django_durable/_inputs_live.html",
+    )
+
+
+class BadAnswer(ValueError):
+    pass
+
+
+def answer_value(post) -> Any:
+    """The value the form gives, by the kind it was drawn for."""
+    kind = post.get("kind", "any")
+    if kind == "approval":
+        if post.get("approval") not in ("approve", "reject"):
+            raise BadAnswer("Choose approve or reject.")
+        return post["approval"] == "approve"
+    if kind == "single_choice":
+        return _choice(post.get("choice"))
+    if kind == "multi_choice":
+        return [_choice(v) for v in post.getlist("choice")]
+    if kind == "free_text":
+        return post.get("text", "")[:MAX_VALUE]
+    text = post.get("json", "").strip()
+    if len(text) > MAX_VALUE:
+        raise BadAnswer(f"The value is longer than {MAX_VALUE} characters.")
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadAnswer(f"Not JSON: {exc}") from None
+
+
+def _choice(raw):
+    """Choices are sent as JSON so a choice keeps its type (1 is not "1")."""
+    if raw is None:
+        raise BadAnswer("Choose one of the choices.")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+@require_POST
+def answer(request, run_admin, run_id):
+    name = request.POST.get("name", "")
+    wait = request.POST.get("wait", "input")
+    if wait not in ("input", "event") or not name:
+        raise Http404("no such wait")
+    back = reverse("django_durable:inputs")
+    try:
+        value = answer_value(request.POST)
+        if wait == "input":
+            durable.provide_input(run_id, name, value)
+        else:
+            durable.send_event(run_id, name, value)
+    except (BadAnswer, ValueError, TypeError, DurableError) as exc:
+        messages.error(request, f"Run {run_id} was not answered: {exc}")
+        return HttpResponseRedirect(back)
+    except Run.DoesNotExist:
+        raise Http404(f"no run {run_id}") from None
+    audit.log_runs(request.user, [run_id], f"Answered {wait} {name!r}", _short(value))
+    messages.success(request, f"Run {run_id} got its {wait} {name!r}.")
+    return HttpResponseRedirect(back)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -1,0 +1,90 @@
+"""The workers page: live worker processes, their queues and the runs they hold,
+and the overview's warning when a queue has due runs that no live worker takes.
+
+A worker is live while its heartbeat is younger than the lease (after that its
+runs are recovered by the others). Every query reads an index: the runs held
+come from the lease index (running and compensating runs), the due runs of a
+queue from the claim index, one ``EXISTS`` per queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count
+from django.utils.timezone import now
+
+from django_durable.conf import durable_settings
+from django_durable.dashboard.site import render_page
+from django_durable.models import CLAIMABLE_STATUSES, Run, Status, WorkerNode
+from django_durable.workflows.definition import registry
+
+HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
+SHOWN = 200
+
+
+@dataclass
+class Node:
+    worker: WorkerNode
+    live: bool
+    held: int
+    queues: list[str] = field(default_factory=list)  # empty: every queue
+
+
+def live_since() -> datetime:
+    return now() - durable_settings()["LEASE"]
+
+
+def nodes() -> list[Node]:
+    since = live_since()
+    rows = list(WorkerNode.objects.order_by("-heartbeat_at")[:SHOWN])
+    held = dict(
+        Run.objects.filter(status__in=HELD_STATUSES, worker_id__in=[w.id for w in rows])
+        .order_by()
+        .values("worker_id")
+        .annotate(n=Count("*"))
+        .values_list("worker_id", "n")
+    )
+    return [
+        Node(w, w.heartbeat_at >= since and not w.stopping, held.get(w.id, 0), list(w.queues or []))
+        for w in rows
+    ]
+
+
+def unserved_queues() -> list[str]:
+    """Queues with a run due now and no live worker taking them."""
+    since = live_since()
+    live = list(
+        WorkerNode.objects.filter(heartbeat_at__gte=since, stopping=False).values_list(
+            "queues", flat=True
+        )[:SHOWN]
+    )
+    if any(not queues for queues in live):
+        return []  # a worker of every queue is live
+    served = {q for queues in live for q in queues}
+    at = now()
+    defined = {w.queue for w in registry.all()}
+    return sorted(
+        queue
+        for queue in defined - served
+        if Run.objects.filter(
+            queue=queue, status__in=CLAIMABLE_STATUSES, due_at__isnull=False, due_at__lte=at
+        ).exists()
+    )
+
+
+def workers_page(request, run_admin):
+    context = {
+        "nodes": nodes(),
+        "unserved": unserved_queues(),
+        "lease": durable_settings()["LEASE"],
+    }
+    return render_page(
+        request,
+        run_admin,
+        "django_durable/workers.html",
+        "Workers",
+        context,
+        live="django_durable/_workers_live.html",
+    )
