@@ -313,3 +313,19 @@ class WorkerAwaitsEvent(Workflow):
 
 
 from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
+
+
+class KeyedOnce(Workflow):
+    """A key starts it once, ever: tests/test_pgbouncer.py counts one run per key."""
+
+    name = "keyed_once"
+    reuse = "never"
+
+    @step
+    def record(self, ctx):
+        effect(ctx, "record", str(ctx.input.get("n", "")))
+        return ctx.input.get("n")
+
+    @step
+    def finish(self, ctx):
+        return "done"
