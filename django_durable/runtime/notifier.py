@@ -136,15 +136,19 @@ class Notifier(threading.Thread):
                 if notice.payload == check:
                     pending = False
                     self._arrived(time.monotonic() - sent, late=warned)
-                elif notice.payload.startswith(CHECK_PREFIX):
-                    pass  # another worker's check
-                elif self.queues is None or notice.payload in self.queues:
+                elif self.concerns(notice.payload):
                     self.on_wake()
                 if self.stop.is_set():
                     return
             if pending and not warned and time.monotonic() - sent > self.verify_timeout:
                 warned = True
                 self._missing()
+
+    def concerns(self, payload: str) -> bool:
+        """Does a NOTIFY with this payload call for a claim? (Another worker's check does not.)"""
+        if payload.startswith(CHECK_PREFIX):
+            return False
+        return self.queues is None or payload in self.queues
 
     def _arrived(self, seconds: float, *, late: bool) -> None:
         self.verified = True
