@@ -144,18 +144,13 @@ def check_routers(app_configs=None, **kwargs):
 
 
 def router_errors(databases: dict) -> list[Error]:
-    """django-durable's SQL runs on ``DURABLE["DATABASE"]``; the ORM follows
-    ``DATABASE_ROUTERS``. When the routers send its models' writes elsewhere, the two
-    write to different databases (or a replica refuses the writes)."""
+    """django-durable's statements and managers use ``DURABLE["DATABASE"]``, but Django
+    asks ``DATABASE_ROUTERS`` where an instance's ``save()``/``delete()`` writes and
+    where ``migrate`` creates the tables. Routers that send its models' writes
+    elsewhere split a run's rows across two databases (or a replica refuses them)."""
     alias = conf.get("DATABASE")
     if not isinstance(alias, str) or alias not in databases:
-        return [
-            Error(
-                f"DURABLE['DATABASE'] is {alias!r}, which is not in DATABASES.",
-                hint="Name the DATABASES alias that holds django-durable's tables.",
-                id="django_durable.E012",
-            )
-        ]
+        return []  # check_settings reports it (E011)
     elsewhere: dict[str, list[str]] = {}
     for model in apps.get_app_config("django_durable").get_models():
         target = router.db_for_write(model)
@@ -170,7 +165,7 @@ def router_errors(databases: dict) -> list[Error]:
                 "it sends django-durable's reads, writes and migrations to "
                 "DURABLE['DATABASE'] and leaves every other model to your routers."
             ),
-            id="django_durable.E011",
+            id="django_durable.E012",
         )
         for target, names in sorted(elsewhere.items())
     ]

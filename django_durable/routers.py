@@ -1,17 +1,17 @@
 """A database router that keeps django-durable's models on ``DURABLE["DATABASE"]``.
 
-A project with a primary/replica router sends reads to a replica. For
-django-durable that is wrong, not just stale: a start is followed at once by
-reads of the run it wrote (a duplicate answers with the holder, a worker claims
-what was just made due), and a replica that lags behind answers "no such run".
-Putting this router first in ``DATABASE_ROUTERS`` sends every read and write of
-django-durable's models, and their migrations, to the one alias its own SQL
-uses; it has no opinion on any other model, so the project's routers decide
-those as before.
+django-durable's statements and its models' managers always use
+``DURABLE["DATABASE"]``, but Django asks the project's routers alone where
+``migrate`` creates its tables and where an instance's ``save()`` or ``delete()``
+writes when a router answers. A primary/replica router (or any router with an
+opinion on every model) then disagrees with django-durable about where its rows
+live. Putting this router first in ``DATABASE_ROUTERS`` sends every read, write
+and migration of django-durable's models to that one alias; it has no opinion on
+any other model, so the project's routers decide those as before.
 
     DATABASE_ROUTERS = ["django_durable.routers.DurableRouter", "myproject.routers.Replicas"]
 
-System check ``django_durable.E011`` reports a router setup that sends
+System check ``django_durable.E012`` reports a router setup that sends
 django-durable's writes elsewhere.
 """
 

@@ -118,5 +118,3 @@ if os.environ.get("DURABLE_TEST_POOL_MAX_SIZE"):
         **DATABASES["default"].get("OPTIONS", {}),
         "pool": {"min_size": 1, "max_size": int(os.environ["DURABLE_TEST_POOL_MAX_SIZE"])},
     }
-if os.environ.get("DURABLE_TEST_PREPARED_STATEMENTS") == "0":
-    DURABLE["PREPARED_STATEMENTS"] = False

@@ -59,9 +59,6 @@ def through(bouncer: PgBouncer, *, listen: str = "direct") -> dict[str, str]:
         "DURABLE_TEST_PORT": str(bouncer.port),
         "DURABLE_TEST_DIRECT_PORT": str(connection.settings_dict["PORT"] or 5432),
         "DURABLE_TEST_LISTEN_DATABASE": listen,
-        # Until the store stops preparing its statements itself (issue 12, item 1):
-        # PgBouncer 1.18 keeps no prepared statements in transaction mode.
-        "DURABLE_TEST_PREPARED_STATEMENTS": os.environ.get("XX_PREP", "0"),
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
