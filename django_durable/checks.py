@@ -1,13 +1,27 @@
-"""System checks for the ``DURABLE`` setting (ids ``django_durable.E001``...)."""
+"""System checks for the ``DURABLE`` setting and the databases it uses
+(ids ``django_durable.E001``...; warnings ``W001``...).
+
+Some warnings depend on how ``durable_worker`` is started, which a system check
+cannot know: the check judges the default ``--concurrency`` and the worker logs
+the same warning at start for its real one (``worker_start_warnings``).
+"""
 
 from datetime import timedelta
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.db import router
 from django.urls import NoReverseMatch, reverse
 
 from django_durable import conf
-from django_durable.conf import DEFAULTS
+from django_durable.conf import DEFAULTS, WORKER_CONCURRENCY
+
+# psycopg_pool's ConnectionPool: min_size 4, and max_size defaults to min_size.
+PSYCOPG_POOL_MIN_SIZE = 4
+# Threads of a worker that hold a connection besides its execution threads:
+# the dispatcher, the heartbeat and the maintenance thread.
+WORKER_SERVICE_THREADS = 3
 
 DURATIONS = ("LEASE", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "SHUTDOWN_GRACE")
 OPTIONAL_DURATIONS = ("RUN_RETENTION", "ACTIVITY_RETENTION", "PRUNE_INTERVAL")
@@ -178,3 +192,102 @@ def check_dashboard(app_configs=None, **kwargs):
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_routers(app_configs=None, **kwargs):
+    return router_errors(settings.DATABASES)
+
+
+def router_errors(databases: dict) -> list[Error]:
+    """django-durable's statements and managers use ``DURABLE["DATABASE"]``, but Django
+    asks ``DATABASE_ROUTERS`` where an instance's ``save()``/``delete()`` writes and
+    where ``migrate`` creates the tables. Routers that send its models' writes
+    elsewhere split a run's rows across two databases (or a replica refuses them)."""
+    alias = conf.get("DATABASE")
+    if not isinstance(alias, str) or alias not in databases:
+        return []  # check_settings reports it (E011)
+    elsewhere: dict[str, list[str]] = {}
+    for model in apps.get_app_config("django_durable").get_models():
+        target = router.db_for_write(model)
+        if target != alias:
+            elsewhere.setdefault(target, []).append(model.__name__)
+    return [
+        Error(
+            f"DATABASE_ROUTERS send writes of django-durable's models ({', '.join(names)}) "
+            f"to {target!r}, but DURABLE['DATABASE'] is {alias!r}.",
+            hint=(
+                'Put "django_durable.routers.DurableRouter" first in DATABASE_ROUTERS: '
+                "it sends django-durable's reads, writes and migrations to "
+                "DURABLE['DATABASE'] and leaves every other model to your routers."
+            ),
+            id="django_durable.E016",
+        )
+        for target, names in sorted(elsewhere.items())
+    ]
+
+
+def pool_max_size(options: dict | None) -> int | None:
+    """The most connections Django's pool (``OPTIONS["pool"]``) opens; None without a pool."""
+    pool = (options or {}).get("pool")
+    if not pool:
+        return None
+    if pool is True:
+        return PSYCOPG_POOL_MIN_SIZE
+    if not isinstance(pool, dict):
+        return None  # Django itself reports what it cannot use
+    size = pool.get("max_size")
+    return size if size is not None else pool.get("min_size", PSYCOPG_POOL_MIN_SIZE)
+
+
+def worker_connections(concurrency: int, *, listen_alias: str | None, alias: str) -> int:
+    """Connections of ``alias`` a worker holds at once: one per execution thread, the
+    dispatcher, the heartbeat, the maintenance thread, and the notifier when it LISTENs
+    through the same alias (its start-up check NOTIFY borrows one of them too)."""
+    return concurrency + WORKER_SERVICE_THREADS + (1 if listen_alias == alias else 0)
+
+
+def pool_size_warnings(
+    concurrency: int, databases: dict, *, default_concurrency: bool = False
+) -> list[Warning]:
+    """A pool smaller than the worker's threads makes the last threads wait for a
+    connection for the pool's timeout (30 s) and fail, again and again."""
+    alias = conf.get("DATABASE")
+    config = databases.get(alias) if isinstance(alias, str) else None
+    if not config:
+        return []
+    size = pool_max_size(config.get("OPTIONS"))
+    listen = conf.get("LISTEN_DATABASE")
+    needed = worker_connections(concurrency, listen_alias=listen, alias=alias)
+    if size is None or size >= needed:
+        return []
+    started = (
+        f"durable_worker at its default --concurrency {concurrency}"
+        if default_concurrency
+        else f"durable_worker --concurrency {concurrency}"
+    )
+    return [
+        Warning(
+            f"{started} needs {needed} connections of DATABASES[{alias!r}], but its "
+            f"connection pool (OPTIONS['pool']) opens at most {size}.",
+            hint=(
+                f'Set DATABASES["{alias}"]["OPTIONS"]["pool"]["max_size"] to at least '
+                "--concurrency + 3 (+ 1 when DURABLE['LISTEN_DATABASE'] is the same alias) "
+                "in the worker's settings, plus what else the process runs."
+            ),
+            id="django_durable.W003",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_pool_size(app_configs=None, **kwargs):
+    return pool_size_warnings(WORKER_CONCURRENCY, settings.DATABASES, default_concurrency=True)
+
+
+def worker_start_warnings(concurrency: int, vendor: str) -> list[Warning]:
+    """What ``durable_worker`` logs at start for the concurrency it really runs with."""
+    return [
+        *sqlite_concurrency_warning(concurrency, vendor),
+        *pool_size_warnings(concurrency, settings.DATABASES),
+    ]

@@ -9,10 +9,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+# durable_worker's --concurrency when none is given (the system checks judge it).
+WORKER_CONCURRENCY = 1
+
 DEFAULTS: dict[str, Any] = {
     # The DATABASES alias of django-durable's tables: every read and write of them,
     # raw statements and ORM queries alike. A project with a primary/replica router
-    # keeps it on the primary (checks.py refuses a router that sends them elsewhere).
+    # keeps it on the primary (checks.py refuses routers that send them elsewhere: put
+    # django_durable.routers.DurableRouter first).
     "DATABASE": "default",
     # Finished runs older than this are deleted by prune(); None keeps them forever.
     "RUN_RETENTION": timedelta(days=30),

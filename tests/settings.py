@@ -108,3 +108,26 @@ if os.environ.get("DURABLE_QUEUE_LIMITS"):
             part.split("=") for part in os.environ["DURABLE_QUEUE_LIMITS"].split(",")
         )
     }
+
+# --- deployment variants -------------------------------------------------------
+# "replica": the same database under a second alias, as a primary/replica setup has
+# it (tests/test_routers.py sends reads there with a router).
+DATABASES["replica"] = {
+    **DATABASES["default"],
+    "OPTIONS": dict(DATABASES["default"].get("OPTIONS", {})),
+    "TEST": {"MIRROR": "default"},
+}
+# Processes of tests/test_pgbouncer.py and the pool tests: "default" reaches the
+# database through PgBouncer (DURABLE_TEST_PORT), "direct" straight to PostgreSQL,
+# and Django's own pool can be sized.
+if os.environ.get("DURABLE_TEST_PORT"):
+    DATABASES["default"]["PORT"] = os.environ["DURABLE_TEST_PORT"]
+if os.environ.get("DURABLE_TEST_DIRECT_PORT"):
+    DATABASES["direct"] = {**DATABASES["default"], "PORT": os.environ["DURABLE_TEST_DIRECT_PORT"]}
+if os.environ.get("DURABLE_TEST_LISTEN_DATABASE"):
+    DURABLE["LISTEN_DATABASE"] = os.environ["DURABLE_TEST_LISTEN_DATABASE"]
+if os.environ.get("DURABLE_TEST_POOL_MAX_SIZE"):
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "pool": {"min_size": 1, "max_size": int(os.environ["DURABLE_TEST_POOL_MAX_SIZE"])},
+    }

@@ -31,7 +31,7 @@ def test_the_defaults_pass(settings):
             "django_durable.E006",
         ),
         ({"NOTIFY_CHANNEL": ""}, "django_durable.E007"),
-        ({"LISTEN_DATABASE": "replica"}, "django_durable.E008"),
+        ({"LISTEN_DATABASE": "nowhere"}, "django_durable.E008"),
         ({"DATABASE": "nowhere"}, "django_durable.E011"),
     ],
 )

@@ -125,7 +125,7 @@ class Worker:
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
         """Work until stopped; return the exit code (0 on a clean stop)."""
-        for warning in checks.sqlite_concurrency_warning(self.concurrency, store.db().vendor):
+        for warning in checks.worker_start_warnings(self.concurrency, store.db().vendor):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
         if not store.db().in_atomic_block:

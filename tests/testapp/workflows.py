@@ -316,3 +316,19 @@ from .workflows_async import *  # noqa: E402, F401, F403  (async steps, step log
 from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
 from .workflows_failures import *  # noqa: E402, F401, F403  (the failure contract)
 from .workflows_queues import *  # noqa: E402, F401, F403  (priorities, queues, limits)
+
+
+class KeyedOnce(Workflow):
+    """A key starts it once, ever: tests/test_pgbouncer.py counts one run per key."""
+
+    name = "keyed_once"
+    reuse = "never"
+
+    @step
+    def record(self, ctx):
+        effect(ctx, "record", str(ctx.input.get("n", "")))
+        return ctx.input.get("n")
+
+    @step
+    def finish(self, ctx):
+        return "done"

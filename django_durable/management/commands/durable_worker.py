@@ -4,6 +4,7 @@ from argparse import ArgumentTypeError
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_durable.conf import WORKER_CONCURRENCY
 from django_durable.runtime.worker import Worker, WorkerIdInUse
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -59,8 +60,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency",
             type=positive_int,
-            default=1,
-            help="Runs executed at once, one thread and one database connection each.",
+            default=WORKER_CONCURRENCY,
+            help="Runs executed at once, one thread and one database connection each "
+            "(the worker holds N + 3 connections, + 1 to LISTEN; system check W003).",
         )
         parser.add_argument(
             "--burst",
