@@ -347,7 +347,11 @@ def test_each_thread_keeps_one_connection_for_all_its_runs():
     finally:
         connection_created.disconnect(count)
     assert Run.objects.filter(id__in=run_ids, status="completed").count() == 30
-    assert sorted(set(opened)) == sorted(opened)  # no thread connected twice
+    # The notifier has two of its own: its LISTEN connection and the thread's, through
+    # which it sends itself a NOTIFY to check that its LISTEN works.
+    assert opened.count("durable-notifier") <= 2
+    others = [name for name in opened if name != "durable-notifier"]
+    assert sorted(set(others)) == sorted(others)  # no other thread connected twice
     assert {"durable-slot-0", "durable-slot-1"} <= set(opened)
 
 
