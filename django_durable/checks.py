@@ -170,7 +170,13 @@ HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"
 def check_dashboard(app_configs=None, **kwargs):
     """The dashboard needs its URLs included and django-htmx's middleware: without
     them the admin links lead nowhere, and pages a project adds on top of ours
-    (``request.htmx``) fail."""
+    (``request.htmx``) fail. A project that serves no admin (a worker-only settings
+    module, no ``django.contrib.admin`` or no ``ROOT_URLCONF``) has no dashboard to
+    check."""
+    if "django.contrib.admin" not in settings.INSTALLED_APPS or not getattr(
+        settings, "ROOT_URLCONF", None
+    ):
+        return []
     errors = []
     if HTMX_MIDDLEWARE not in getattr(settings, "MIDDLEWARE", []):
         errors.append(
