@@ -1,6 +1,7 @@
-"""django-durable's ``start_many`` beside single starts: N keyed starts one by one
-(``start_new_key``), the same N new keys in one ``start_many`` call
-(``start_many_new_key``), and the N again as duplicates (``start_many_duplicate``).
+"""django-durable's ``start_many``: N new keys in one ``start_many`` call
+(``start_many_new_key``), and the same N again, all duplicates
+(``start_many_duplicate``). Single starts (``start_new_key``) are measured by
+``bench/durable_suite.py`` in the same run; the report sets the two side by side.
 
 Its own entry (``python bench/batch_suite.py --db bench_batch --out result.json``,
 the database migrated), like the other suites run by ``bench/run.py``.
@@ -21,7 +22,7 @@ import django_durable as durable  # noqa: E402
 from bench.common import Results, rate, stopwatch, suite_args, wanted  # noqa: E402
 from bench.workflows import BenchKeyed  # noqa: E402
 
-METRICS = ["start_new_key", "start_many_new_key", "start_many_duplicate"]
+METRICS = ["start_many_new_key", "start_many_duplicate"]
 
 
 def truncate() -> None:
@@ -30,11 +31,6 @@ def truncate() -> None:
 
 
 def batch(results: Results, args, n: int, tag: str) -> None:
-    if wanted(args, "start_new_key"):
-        with stopwatch() as elapsed:
-            for i in range(n):
-                durable.start(BenchKeyed, {"i": i}, key=f"{tag}:single:{i}")
-        results.add("start_new_key", rate(n, elapsed()), "ops/s")
     items = [({"i": i}, f"{tag}:many:{i}") for i in range(n)]
     if wanted(args, "start_many_new_key", "start_many_duplicate"):
         with stopwatch() as elapsed:

@@ -3,6 +3,8 @@ and an async ``QueueManager`` at its defaults (batches of 10).
 
 - ``pgqueuer_enqueue_dedupe``: enqueue with a new ``dedupe_key``, ops/s
 - ``pgqueuer_duplicate``: enqueue with a key already queued (raises ``DuplicateJobError``)
+- ``pgqueuer_enqueue_batch``: one ``enqueue`` call with lists of N jobs, each with its
+  own new ``dedupe_key``, ops/s
 - ``pgqueuer_worker``: one-step no-op jobs, jobs/s from the first ``picked`` log row
   to the last ``successful`` one (database timestamps)
 """
@@ -57,6 +59,18 @@ def enqueues(results: Results, args, queries: SyncQueries, tag: str) -> None:
                 else:
                     raise RuntimeError("a duplicate enqueue was accepted")
         results.add("pgqueuer_duplicate", rate(args.n, elapsed()), "ops/s")
+    if wanted(args, "pgqueuer_enqueue_batch"):
+        batch_keys = [f"{tag}:batch:{i}" for i in range(args.n)]
+        with stopwatch() as elapsed:
+            ids = queries.enqueue(
+                ["noop"] * args.n,
+                [b"%d" % i for i in range(args.n)],
+                [0] * args.n,
+                dedupe_key=batch_keys,
+            )
+        if len(ids) != args.n:
+            raise RuntimeError(f"{len(ids)} of {args.n} batch jobs enqueued")
+        results.add("pgqueuer_enqueue_batch", rate(args.n, elapsed()), "ops/s")
 
 
 async def drain(db: str, n: int) -> float:
@@ -92,9 +106,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             print(f"pgqueuer, repeat {repeat + 1}", flush=True)
             truncate(args.db)
-            if wanted(args, "pgqueuer_enqueue_dedupe", "pgqueuer_duplicate"):
+            enqueue_metrics = [
+                "pgqueuer_enqueue_dedupe",
+                "pgqueuer_duplicate",
+                "pgqueuer_enqueue_batch",
+            ]
+            if wanted(args, *enqueue_metrics):
                 results.measure(
-                    ["pgqueuer_enqueue_dedupe", "pgqueuer_duplicate"],
+                    enqueue_metrics,
                     lambda repeat=repeat: enqueues(results, args, queries, f"r{repeat}"),
                 )
             if wanted(args, "pgqueuer_worker"):

@@ -3,6 +3,9 @@
 
 - ``procrastinate_defer_lock``: defer with a new ``queueing_lock``, ops/s
 - ``procrastinate_duplicate``: defer with a lock already queued (raises ``AlreadyEnqueued``)
+- ``procrastinate_batch_defer``: one ``batch_defer`` of N jobs, ops/s. Without locks:
+  a batch shares one configuration, so it cannot give each job its own
+  ``queueing_lock``
 - ``procrastinate_worker_c4``: one-step no-op jobs, concurrency 4, jobs/s from the first
   ``started`` event to the last ``succeeded`` one (database timestamps)
 - ``procrastinate_latency_p50_ms``: defer to ``started`` at 50 defers/s, idle worker
@@ -59,6 +62,12 @@ def defers(results: Results, args, app, tag: str) -> None:
                 else:
                     raise RuntimeError("a duplicate defer was accepted")
         results.add("procrastinate_duplicate", rate(args.n, elapsed()), "ops/s")
+    if wanted(args, "procrastinate_batch_defer"):
+        with stopwatch() as elapsed:
+            ids = noop.batch_defer(*({"i": i} for i in range(args.n)))
+        if len(ids) != args.n:
+            raise RuntimeError(f"{len(ids)} of {args.n} batch jobs deferred")
+        results.add("procrastinate_batch_defer", rate(args.n, elapsed()), "ops/s")
 
 
 def truncate(db: str) -> None:
@@ -162,9 +171,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             print(f"procrastinate, repeat {repeat + 1}", flush=True)
             truncate(args.db)
-            if wanted(args, "procrastinate_defer_lock", "procrastinate_duplicate"):
+            defer_metrics = [
+                "procrastinate_defer_lock",
+                "procrastinate_duplicate",
+                "procrastinate_batch_defer",
+            ]
+            if wanted(args, *defer_metrics):
                 results.measure(
-                    ["procrastinate_defer_lock", "procrastinate_duplicate"],
+                    defer_metrics,
                     lambda repeat=repeat: defers(results, args, app, f"r{repeat}"),
                 )
             if wanted(args, "procrastinate_worker_c4"):

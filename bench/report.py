@@ -21,13 +21,20 @@ SUITE_METRICS = {
         "latency_p50_ms",
         "latency_p99_ms",
     ],
+    "django-durable start_many": ["start_many_new_key", "start_many_duplicate"],
     "procrastinate": [
         "procrastinate_defer_lock",
         "procrastinate_duplicate",
+        "procrastinate_batch_defer",
         "procrastinate_worker_c4",
         "procrastinate_latency_p50_ms",
     ],
-    "pgqueuer": ["pgqueuer_enqueue_dedupe", "pgqueuer_duplicate", "pgqueuer_worker"],
+    "pgqueuer": [
+        "pgqueuer_enqueue_dedupe",
+        "pgqueuer_duplicate",
+        "pgqueuer_enqueue_batch",
+        "pgqueuer_worker",
+    ],
     "dbos": ["dbos_start", "dbos_worker"],
     "celery": [
         "celery_delay",
@@ -42,7 +49,11 @@ SUITE_METRICS = {
     "django-tasks-db": ["tasksdb_enqueue", "tasksdb_worker", "tasksdb_worker_x4"],
 }
 ORDER = [m for suite in SUITE_METRICS.values() for m in suite]
-OURS_AND_RAW = SUITE_METRICS["raw"] + SUITE_METRICS["django-durable"]
+OURS_AND_RAW = (
+    SUITE_METRICS["raw"]
+    + SUITE_METRICS["django-durable"]
+    + SUITE_METRICS["django-durable start_many"]
+)
 
 # What each metric is compared with: the raw PostgreSQL equivalent, and the peers
 # doing the same job (the best of them is the one to beat).
@@ -51,6 +62,8 @@ RAW = {
     "start_duplicate": "raw_insert",
     "start_duplicate_error": "raw_insert",
     "start_handoff": "raw_insert",
+    "start_many_new_key": "raw_insert",
+    "start_many_duplicate": "raw_insert",
     "worker_c1": "raw_cycle_c1",
     "worker_c4": "raw_cycle_c4",
     "worker1_c4": "raw_cycle_c4",
@@ -61,6 +74,8 @@ RAW = {
     "procrastinate_worker_c4": "raw_cycle_c4",
     "pgqueuer_enqueue_dedupe": "raw_insert",
     "pgqueuer_duplicate": "raw_insert",
+    "pgqueuer_enqueue_batch": "raw_insert",
+    "procrastinate_batch_defer": "raw_insert",
     "pgqueuer_worker": "raw_cycle_c4",
     "dbos_start": "raw_insert",
     "dbos_worker": "raw_cycle_c4",
@@ -77,6 +92,7 @@ PEERS = {
     "worker_c4_logged": WORKERS,
     "worker_c4_backlog": WORKERS,
     "latency_p50_ms": ["procrastinate_latency_p50_ms"],
+    "start_many_new_key": ["pgqueuer_enqueue_batch", "procrastinate_batch_defer"],
 }
 # What a Django team would pick instead (Celery with Redis, django-tasks-db): ours
 # against each of them, in a table of its own (they keep no key in PostgreSQL, so
@@ -104,6 +120,7 @@ TARGETS = [
     ("worker_c4", 1.5, "procrastinate_worker_c4"),
     ("worker1_c4", 0.5, "pgqueuer_worker"),
     ("worker_c4_backlog", 0.8, "worker_c4"),
+    ("start_many_new_key", 5.0, "start_new_key"),
     ("latency_p50_ms", 5.0, "ms"),
     ("latency_p99_ms", 20.0, "ms"),
 ]
