@@ -18,6 +18,8 @@ from django_durable.testing import (
     drain,
     runs_of,
 )
+from django_durable.workflows.definition import registry
+from tests.test_docs_async_and_logs import python_blocks
 
 pytestmark = pytest.mark.django_db
 
@@ -192,3 +194,28 @@ def test_assert_completed_says_how_the_run_ended(define):
         assert_failed(done)
     with pytest.raises(Run.DoesNotExist):
         assert_completed("00000000-0000-0000-0000-000000000000")
+
+
+@pytest.fixture
+def namespace():
+    names = {w.name for w in registry.all()}
+    yield {"__name__": "docs_example"}
+    for name in {w.name for w in registry.all()} - names:
+        registry.unregister(name)
+
+
+def test_the_testing_docs_examples_run(namespace):
+    """docs/testing.md as written: the workflow, its pytest-django test (called here,
+    inside this test's database transaction), and the typed step."""
+    definition, its_test, typed = python_blocks("testing.md")
+    exec(definition, namespace)
+    exec(its_test, namespace)
+    tests = [name for name in namespace if name.startswith("test_")]
+    assert tests == ["test_signing_up_twice_onboards_once"]
+    namespace[tests[0]]()
+    assert_completed(assert_started("onboard", key="user:1").id)
+
+    exec(typed, namespace)
+    run_id = durable.start(namespace["Receipt"], {"order": 7})
+    drain()
+    assert_completed(run_id, result="receipt for order 7")
