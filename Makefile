@@ -3,8 +3,13 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 PYTEST_ARGS ?=
+# The second interpreter CI runs the SQLite suite on (in its own venv): Python 3.13,
+# pyenv's or the one on PATH. Missing, `make test` stops and says so (no silent skip).
+VENV313 ?= .venv313
+PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) \
+	$(shell command -v python3.13 2>/dev/null))
 
-.PHONY: install test test-sqlite test-postgres demo lint format bench bench-quick migrations-check
+.PHONY: install install-py313 test test-sqlite test-postgres test-py313 demo lint format bench bench-quick migrations-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +26,7 @@ test: install
 	$(BIN)/python manage.py makemigrations --check --dry-run django_durable
 	DURABLE_TEST_DB=postgres $(BIN)/pytest -n 2 $(PYTEST_ARGS)
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(MAKE) test-py313
 	$(MAKE) bench-quick
 
 test-postgres: install
@@ -29,6 +35,21 @@ test-postgres: install
 
 test-sqlite: install
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest $(PYTEST_ARGS)
+
+# The SQLite suite again on Python 3.13 (the first runs are on $(PYTHON), 3.11 here).
+$(VENV313)/bin/python:
+	@if [ -z "$(PYTHON313)" ] || ! "$(PYTHON313)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))'; then \
+		echo "make: Python 3.13 not found: install it (pyenv install 3.13) or set PYTHON313=/path/to/python3.13" >&2; \
+		exit 1; \
+	fi
+	$(PYTHON313) -m venv $(VENV313)
+	$(VENV313)/bin/pip install -q --upgrade pip
+
+install-py313: $(VENV313)/bin/python
+	$(VENV313)/bin/pip install -q -e ".[test]"
+
+test-py313: install-py313
+	DURABLE_TEST_DB=sqlite $(VENV313)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 # The example project on SQLite: a worker, traffic with duplicates, and the dashboard.
 demo: install

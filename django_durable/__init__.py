@@ -41,6 +41,7 @@ __all__ = [
     "AlreadyFinished",
     "Cancelled",
     "ChildFailed",
+    "Context",
     "DefinitionChanged",
     "Cron",
     "Debounce",
@@ -98,8 +99,21 @@ __all__ = [
     "trigger_schedule",
 ]
 
-# The operations need the models, so they load when first used, once Django's apps
-# are ready; type checkers see them imported here.
+# Why the operations are imported twice, statically and lazily:
+#
+# ``INSTALLED_APPS = ["django_durable", ...]`` makes Django import this package
+# while it populates the app registry, before any models module may load. Every
+# operation reaches ``django_durable.models`` (``Run`` and the store's statements
+# are defined at module level), and defining a model before the registry is ready
+# raises ``AppRegistryNotReady``. So at run time the operations load on first use,
+# through ``__getattr__`` below, once the apps are ready; importing the package
+# stays cheap (exceptions, ``Workflow``, ``@step`` and durations only).
+#
+# Type checkers (mypy, pyright) read the ``TYPE_CHECKING`` block instead: they see
+# these explicit imports, so ``durable.start`` has the real signature of
+# ``operations.start.start``, not the ``__getattr__`` fallback.
+# tests/test_types.py checks that this block, ``_LAZY`` and ``__all__`` name the
+# same things, and that importing the package loads no models module.
 if TYPE_CHECKING:
     from django_durable.operations.asynchronous import (
         acancel,
@@ -136,6 +150,7 @@ if TYPE_CHECKING:
         trigger_schedule,
     )
     from django_durable.operations.start import StartResult, start, start_detailed
+    from django_durable.workflows.context import Context
 
 _LAZY = {
     **dict.fromkeys(
@@ -179,11 +194,19 @@ _LAZY = {
         "django_durable.operations.schedules",
     ),
     **dict.fromkeys(["StartResult", "start", "start_detailed"], "django_durable.operations.start"),
+    "Context": "django_durable.workflows.context",
 }
 
 
-def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'django_durable' has no attribute {name!r}")
-    return getattr(import_module(module), name)
+if not TYPE_CHECKING:  # type checkers see the imports above, and no fallback
+
+    def __getattr__(name: str) -> object:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'django_durable' has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        globals()[name] = value  # later lookups find it without coming here
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})

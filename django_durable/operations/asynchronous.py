@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,6 +30,7 @@ from django_durable.models import Run
 from django_durable.operations import batch, runs
 from django_durable.operations import explain as explaining
 from django_durable.operations import start as starting
+from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = [
     "acancel",
@@ -49,28 +51,71 @@ def _in_sync_thread(fn):
     return sync_to_async(fn, thread_sensitive=True)
 
 
-async def astart(workflow: Any, input: dict | None = None, **options: Any) -> uuid.UUID:
-    """``start()`` for async code; the same arguments (``key=``, ``on_duplicate=``...)."""
-    return await _in_sync_thread(starting.start)(workflow, input, **options)
+async def astart(
+    workflow: type[Workflow] | str,
+    input: dict[str, Any] | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: OnDuplicate | None = None,
+    run_after: datetime | timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+) -> uuid.UUID:
+    """``start()`` for async code; the same arguments."""
+    return await _in_sync_thread(starting.start)(
+        workflow,
+        input,
+        key=key,
+        on_duplicate=on_duplicate,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+    )
 
 
 async def astart_detailed(
-    workflow: Any, input: dict | None = None, **options: Any
+    workflow: type[Workflow] | str,
+    input: dict[str, Any] | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: OnDuplicate | None = None,
+    run_after: datetime | timedelta | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
 ) -> starting.StartResult:
     """``start_detailed()`` for async code."""
-    return await _in_sync_thread(starting.start_detailed)(workflow, input, **options)
+    return await _in_sync_thread(starting.start_detailed)(
+        workflow,
+        input,
+        key=key,
+        on_duplicate=on_duplicate,
+        run_after=run_after,
+        priority=priority,
+        queue=queue,
+    )
 
 
 async def astart_many(
-    workflow: Any, items: Iterable[tuple[dict | None, str | None]], **options: Any
+    workflow: type[Workflow] | str,
+    items: Iterable[tuple[dict[str, Any] | None, str | None]],
+    *,
+    on_duplicate: OnDuplicate | None = None,
 ) -> list[starting.StartResult]:
     """``start_many()`` for async code. ``items`` is read in the sync thread too."""
-    return await _in_sync_thread(batch.start_many)(workflow, items, **options)
+    return await _in_sync_thread(batch.start_many)(workflow, items, on_duplicate=on_duplicate)
 
 
-async def aexplain(workflow: Any, input: dict | None = None, **options: Any) -> Any:
+async def aexplain(
+    workflow: type[Workflow] | str,
+    input: dict[str, Any] | None = None,
+    *,
+    key: str | None = None,
+    on_duplicate: OnDuplicate | None = None,
+) -> explaining.Explanation:
     """``explain()`` for async code: what a start would do now, writing nothing."""
-    return await _in_sync_thread(explaining.explain)(workflow, input, **options)
+    return await _in_sync_thread(explaining.explain)(
+        workflow, input, key=key, on_duplicate=on_duplicate
+    )
 
 
 async def aretry(run_id: uuid.UUID | str) -> uuid.UUID:

@@ -26,7 +26,7 @@ from django_durable.operations import inputs, keys
 from django_durable.operations.finish import send_after_commit
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartResult, checked, start_run
-from django_durable.workflows.definition import Workflow
+from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = ["BATCH_SIZE", "start_many"]
 
@@ -51,9 +51,9 @@ def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
 
 def start_many(
     workflow: type[Workflow] | str,
-    items: Iterable[tuple[dict | None, str | None]],
+    items: Iterable[tuple[dict[str, Any] | None, str | None]],
     *,
-    on_duplicate: str | tuple[str, str] | None = None,
+    on_duplicate: OnDuplicate | None = None,
 ) -> list[StartResult]:
     """Start ``workflow`` once per ``(input, key)`` item, in order, following the rules
     of ``start()`` (a later item with a key an earlier one used is its duplicate);

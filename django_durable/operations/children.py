@@ -33,7 +33,12 @@ from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
 from django_durable.operations.start import start_run
 from django_durable.workflows.context import Suspend
-from django_durable.workflows.definition import Workflow, registry, validate_on_duplicate
+from django_durable.workflows.definition import (
+    OnDuplicate,
+    Workflow,
+    registry,
+    validate_on_duplicate,
+)
 
 logger = logging.getLogger("django_durable.operations.children")
 
@@ -106,10 +111,10 @@ def _branch_specs(branches: Sequence) -> list[tuple[type[Workflow], dict, None]]
 def start_from_step(
     ctx,
     workflow: type[Workflow] | str,
-    input: dict | None = None,
+    input: dict[str, Any] | None = None,
     *,
     key: str | None = None,
-    on_duplicate: str | tuple[str, str] | None = None,
+    on_duplicate: OnDuplicate | None = None,
 ) -> uuid.UUID:
     """``ctx.start``: start another run (not a child: nothing waits for it, and it
     outlives this one) and return its id, at most once per call of the step.

@@ -11,14 +11,14 @@ one the rules give for the holder as it is now.
 from __future__ import annotations
 
 import uuid
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from django_durable import store
 from django_durable.models import ACTIVE_STATUSES
 from django_durable.operations import keys
 from django_durable.operations.keys import Action
-from django_durable.operations.start import checked
-from django_durable.workflows.definition import Workflow
+from django_durable.operations.start import StartOutcome, checked
+from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = ["Explanation", "explain"]
 
@@ -28,7 +28,7 @@ class Explanation(NamedTuple):
     ``"key_taken"`` when it would raise ``KeyTaken``), the key's ``holder_id`` (None
     when the key is free or there is none) and the ``reason``, one sentence."""
 
-    outcome: str
+    outcome: StartOutcome | Literal["key_taken"]
     holder_id: uuid.UUID | None
     reason: str
 
@@ -39,10 +39,10 @@ def _policy_name(policy: str | tuple[str, str]) -> str:
 
 def explain(
     workflow: type[Workflow] | str,
-    input: dict | None = None,
+    input: dict[str, Any] | None = None,
     *,
     key: str | None = None,
-    on_duplicate: str | tuple[str, str] | None = None,
+    on_duplicate: OnDuplicate | None = None,
 ) -> Explanation:
     """What ``start(workflow, input, key=key, on_duplicate=on_duplicate)`` would do now.
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.db.models import QuerySet
+
 from django_durable import signals, store
 from django_durable.exceptions import (
     AlreadyFinished,
@@ -50,7 +52,7 @@ def get_run(run_id: uuid.UUID | str) -> Run:
 
 def list_executions(
     key: str | None = None, workflow: str | type[Workflow] | None = None, status: str | None = None
-):
+) -> QuerySet[Run]:
     """Runs, newest first, filtered by key, workflow and status; each has ``holds_key``."""
     runs = Run.objects.all()
     if key is not None:

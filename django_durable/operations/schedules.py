@@ -55,7 +55,7 @@ def schedule(
     workflow: type[Workflow] | str,
     cron: str,
     key: str | None = None,
-    input: dict | None = None,
+    input: dict[str, Any] | None = None,
     name: str | None = None,
     *,
     timezone: str = "UTC",

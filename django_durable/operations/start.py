@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from django_durable import signals, store
 from django_durable.exceptions import KeyContended, KeyTaken
@@ -24,16 +24,33 @@ from django_durable.models import (
 from django_durable.operations import finish, inputs, keys, options
 from django_durable.operations.finish import send_after_commit
 from django_durable.operations.keys import Action
-from django_durable.workflows.definition import Workflow, registry, validate_on_duplicate
+from django_durable.workflows.definition import (
+    OnDuplicate,
+    Workflow,
+    registry,
+    validate_on_duplicate,
+)
 
 MAX_CHANGES_OF_HANDS = 3
+
+
+# What answered a start (``StartResult.outcome``).
+StartOutcome: TypeAlias = Literal[
+    "started",
+    "use_existing",
+    "cancel_existing",
+    "run_again",
+    "send_event",
+    "debounced",
+    "handed_off",
+]
 
 
 class StartResult(NamedTuple):
     """What answered a start: ``run_id`` and the ``outcome`` that produced it."""
 
     run_id: uuid.UUID
-    outcome: str
+    outcome: StartOutcome
 
 
 def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
@@ -72,10 +89,10 @@ def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
 
 def start(
     workflow: type[Workflow] | str,
-    input: dict | None = None,
+    input: dict[str, Any] | None = None,
     *,
     key: str | None = None,
-    on_duplicate: str | tuple[str, str] | None = None,
+    on_duplicate: OnDuplicate | None = None,
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,
@@ -100,10 +117,10 @@ def start(
 
 def start_detailed(
     workflow: type[Workflow] | str,
-    input: dict | None = None,
+    input: dict[str, Any] | None = None,
     *,
     key: str | None = None,
-    on_duplicate: str | tuple[str, str] | None = None,
+    on_duplicate: OnDuplicate | None = None,
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,

@@ -117,6 +117,9 @@ from django_durable.store.steps import (
     record_step_failed,
     record_suspended,
 )
+from django_durable.store.timers import (
+    advance_timers,
+)
 from django_durable.store.workers import (
     Listener,
     forget_dead_workers,
@@ -138,6 +141,7 @@ __all__ = [
     "Recovery",
     "active_children",
     "advance_schedule",
+    "advance_timers",
     "alias",
     "atomic",
     "begin_compensating",

@@ -23,9 +23,9 @@ import json
 import random
 import time
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import OperationalError, connections, transaction
 from django.db.backends.signals import connection_created
@@ -122,6 +122,10 @@ DEADLOCK_SQLSTATE = "40P01"
 DEADLOCK_ATTEMPTS = 5
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 def is_deadlock(exc: BaseException) -> bool:
     """True for the ``OperationalError`` PostgreSQL raises to break a deadlock."""
     return isinstance(exc, OperationalError) and (
@@ -129,14 +133,14 @@ def is_deadlock(exc: BaseException) -> bool:
     )
 
 
-def retry_deadlocks(fn):
+def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` again (up to 5 times, after a short random pause) when PostgreSQL
     broke a deadlock by aborting its transaction: the other transaction went on, so
     this one meets no lock the next time. Only where ``fn`` owns its transaction: a
     caller's own ``atomic()`` block is aborted as a whole, and the error is theirs."""
 
     @functools.wraps(fn)
-    def retrying(*args, **kwargs):
+    def retrying(*args: P.args, **kwargs: P.kwargs) -> R:
         for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
             try:
                 return fn(*args, **kwargs)

@@ -18,6 +18,7 @@ from django_durable import conf, store
 from django_durable import state as run_state
 from django_durable.exceptions import Cancelled, RunTimedOut
 from django_durable.workflows.async_context import AsyncContextMethods, refuse_in_event_loop
+from django_durable.workflows.definition import OnDuplicate, Workflow
 from django_durable.workflows.durations import as_timedelta
 from django_durable.workflows.values import check_json
 
@@ -58,7 +59,7 @@ class Context(AsyncContextMethods):
         return self._run.id
 
     @property
-    def input(self) -> dict:
+    def input(self) -> dict[str, Any]:
         return self._run.input
 
     @property
@@ -212,7 +213,11 @@ class Context(AsyncContextMethods):
     # --- children and parallel branches (children.py) ---------------------------
 
     def call_workflow(
-        self, workflow: Any, input: dict | None = None, *, key: str | None = None
+        self,
+        workflow: type[Workflow] | str,
+        input: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
     ) -> Any:
         """Start ``workflow`` as a child run (no key unless ``key=`` is given) and
         return its result; raises ``durable.ChildFailed`` if it doesn't complete.
@@ -227,11 +232,11 @@ class Context(AsyncContextMethods):
 
     def start(
         self,
-        workflow: Any,
-        input: dict | None = None,
+        workflow: type[Workflow] | str,
+        input: dict[str, Any] | None = None,
         *,
         key: str | None = None,
-        on_duplicate: Any = None,
+        on_duplicate: OnDuplicate | None = None,
     ) -> uuid.UUID:
         """Start another run without waiting for it; return its id. The same call in
         a step that runs again (after a wait or a retry) returns the same run and

@@ -11,12 +11,26 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
 from django_durable.workflows.cron import check_cron, check_timezone
 from django_durable.workflows.durations import as_timedelta
+
+if TYPE_CHECKING:
+    # Only for the annotations: the context module needs the store, this one doesn't.
+    from django_durable.workflows.context import Context
+
+# The values a type checker accepts, kept next to the tuples the checks use.
+Reuse: TypeAlias = Literal["after_close", "after_failure", "never"]
+OnDuplicate: TypeAlias = (
+    Literal["use_existing", "error", "cancel_existing", "run_again"]
+    | tuple[Literal["send_event"], str]
+)
+BackoffKind: TypeAlias = Literal["exponential", "linear", "constant"]
+# A step: a method taking the run's ``Context``; ``def`` or ``async def``.
+StepFunction: TypeAlias = "Callable[[Any, Context], object]"
 
 REUSE_POLICIES = ("after_close", "after_failure", "never")
 SIMPLE_ON_DUPLICATE = ("use_existing", "error", "cancel_existing", "run_again")
@@ -82,7 +96,7 @@ class StepDef:
         *,
         retries: int = 0,
         backoff: timedelta | float = timedelta(seconds=1),
-        backoff_kind: str = "exponential",
+        backoff_kind: BackoffKind = "exponential",
         max_backoff: timedelta | float | None = None,
         jitter: bool = False,
         timeout: timedelta | float | None = None,
@@ -171,9 +185,32 @@ class StepDef:
         return f"<step {self.name}>"
 
 
-def step(fn: Callable | None = None, /, **options: Any):
+@overload
+def step(fn: StepFunction, /) -> StepDef: ...
+
+
+@overload
+def step(
+    *,
+    retries: int = 0,
+    backoff: timedelta | float = ...,
+    backoff_kind: BackoffKind = "exponential",
+    max_backoff: timedelta | float | None = None,
+    jitter: bool = False,
+    timeout: timedelta | float | None = None,
+    give_up_on: tuple[type[BaseException], ...] | type[BaseException] = (),
+    compensate: str | None = None,
+    compensate_retries: int | None = None,
+) -> Callable[[StepFunction], StepDef]: ...
+
+
+def step(
+    fn: StepFunction | None = None, /, **options: Any
+) -> StepDef | Callable[[StepFunction], StepDef]:
     """Mark a method as a step. Use bare (``@step``) or with options
-    (``@step(retries=3, backoff=seconds(1), compensate="undo")``)."""
+    (``@step(retries=3, backoff=seconds(1), compensate="undo")``); the options are
+    those of ``StepDef``. The two forms are overloads, so type checkers know that
+    ``@step(...)`` returns a decorator and ``@step`` a step."""
     if fn is not None:
         return StepDef(fn, **options)
     return lambda f: StepDef(f, **options)
@@ -278,8 +315,8 @@ class Workflow:
     """
 
     name: ClassVar[str]
-    reuse: ClassVar[str] = "after_close"
-    on_duplicate: ClassVar[Any] = "use_existing"
+    reuse: ClassVar[Reuse] = "after_close"
+    on_duplicate: ClassVar[OnDuplicate] = "use_existing"
     debounce: ClassVar[Debounce | None] = None
     timeout: ClassVar[timedelta | None] = None
     queue: ClassVar[str] = "default"
