@@ -23,6 +23,7 @@ from django_durable.exceptions import (
     ParallelFailed,
     RunTimedOut,
     StepTimeout,
+    WaitTimeout,
 )
 from django_durable.workflows.definition import (
     Cron,
@@ -58,10 +59,12 @@ __all__ = [
     "RunTimedOut",
     "StartResult",
     "StepTimeout",
+    "WaitTimeout",
     "Workflow",
     "acancel",
     "aexplain",
     "aget_run",
+    "alist_pending_inputs",
     "aprovide_input",
     "arelease_key",
     "arerun",
@@ -78,6 +81,7 @@ __all__ = [
     "get_run",
     "hours",
     "list_executions",
+    "list_pending_inputs",
     "minutes",
     "parallel",
     "pause_queue",
@@ -136,6 +140,7 @@ if TYPE_CHECKING:
         trigger_schedule,
     )
     from django_durable.operations.start import StartResult, start, start_detailed
+    from django_durable.operations.waits import alist_pending_inputs, list_pending_inputs
 
 _LAZY = {
     **dict.fromkeys(
@@ -179,6 +184,9 @@ _LAZY = {
         "django_durable.operations.schedules",
     ),
     **dict.fromkeys(["StartResult", "start", "start_detailed"], "django_durable.operations.start"),
+    **dict.fromkeys(
+        ["alist_pending_inputs", "list_pending_inputs"], "django_durable.operations.waits"
+    ),
 }
 
 
