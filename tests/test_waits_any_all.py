@@ -2,9 +2,11 @@
 several deliveries, buffered events, timeouts (moved into the past in the
 database, never slept for), replay when the step runs again, and async steps."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 import django_durable as durable
@@ -256,3 +258,36 @@ def test_an_async_step_waits_for_any(define):
         Status.COMPLETED,
         {"name": "stop", "payload": {"why": "done"}},
     )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_all_of_sent_at_the_same_moment_from_two_threads_resumes_once_with_both(all_of):
+    """Each delivery locks the run's row: two events arriving together are both kept
+    (neither overwrites the other's partial state) and the run resumes once."""
+    run_id = durable.start(all_of)
+    drain()
+    durable.send_event(run_id, "labelled", "label")
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def send(name):
+        try:
+            barrier.wait(10)
+            durable.send_event(run_id, name, name.upper())
+        except Exception as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in ("paid", "packed")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    assert fresh(run_id).status == Status.PENDING
+    drain()
+    run = fresh(run_id)
+    assert run.result == {"paid": "PAID", "packed": "PACKED", "labelled": "label"}
+    assert Event.objects.filter(run_id=run_id, delivered_at__isnull=False).count() == 3
