@@ -5,10 +5,11 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import connection
 from django.utils import timezone
 
 import django_durable as durable
-from django_durable import step
+from django_durable import step, store
 from django_durable.models import Activity, Event, Run, Status
 from django_durable.testing import drain
 from tests.helpers import fresh
@@ -223,3 +224,26 @@ def test_list_pending_inputs_leaves_out_runs_waiting_for_events_or_sleeping(aski
     drain()
     assert fresh(sleeping).waiting_for == "sleep"
     assert durable.list_pending_inputs() == []
+
+
+@pytest.mark.postgres
+def test_list_pending_inputs_reads_the_workflow_status_index_of_a_big_table(asking):
+    """20,000 runs, most finished or asleep, analysed: the list reads only the
+    waiting runs of the workflows asked for, through (workflow, status)."""
+    statuses = [Status.COMPLETED] * 8 + [Status.FAILED, Status.WAITING]
+    Run.objects.bulk_create(
+        Run(
+            workflow=("asks_for_input", "other_a", "other_b", "other_c")[i % 4],
+            status=statuses[i % 10],
+            waiting_for="sleep" if statuses[i % 10] == Status.WAITING else None,
+        )
+        for i in range(20_000)
+    )
+    first = waiting(asking, kind="approval")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    for names in (["asks_for_input"], ["asks_for_input", "other_a", "other_b"]):
+        plan = store.waiting_for_input(names, 1000).explain()
+        assert "durable_run_workflow_status" in plan, plan
+        assert "Seq Scan" not in plan, plan
+    assert [row["run_id"] for row in durable.list_pending_inputs()] == [first]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Event, Run, Status, StepAttempt
@@ -100,13 +100,14 @@ def deliver(
         return "refused"
 
 
-def waiting_for_input(workflows: list[str], limit: int) -> list[Run]:
-    """Runs of ``workflows`` waiting for an input, oldest first, at most ``limit``.
+def waiting_for_input(workflows: list[str], limit: int) -> QuerySet[Run]:
+    """Runs of ``workflows`` waiting for an input, oldest first, at most ``limit``
+    (a lazy, sliced QuerySet: its plan can be read with ``explain()``).
 
     Read through ``durable_run_workflow_status`` (workflow, status): one index range
     per workflow named, holding only its waiting runs, filtered on ``waiting_for``.
     """
-    return list(
+    return (
         Run.objects.filter(
             workflow__in=workflows, status=Status.WAITING, waiting_for__startswith="input:"
         )
