@@ -247,3 +247,31 @@ def test_list_pending_inputs_reads_the_workflow_status_index_of_a_big_table(aski
         assert "durable_run_workflow_status" in plan, plan
         assert "Seq Scan" not in plan, plan
     assert [row["run_id"] for row in durable.list_pending_inputs()] == [first]
+
+
+def test_on_timeout_fail_compensates_the_steps_that_completed(define):
+    def reserve(self, ctx):
+        ctx.put("reserved", True)
+
+    def ask(self, ctx):
+        return ctx.wait_for_input("go", timeout=durable.hours(1), on_timeout="fail")
+
+    def unreserve(self, ctx):
+        Execution.objects.create(run_id=ctx.run_id, step="unreserve")
+
+    workflow = define(
+        "reserves_then_asks",
+        reserve=step(reserve, compensate="unreserve"),
+        ask=step(ask),
+        unreserve=unreserve,
+    )
+    run_id = durable.start(workflow)
+    drain()
+    time_passes(run_id)
+    drain()
+    run = fresh(run_id)
+    assert run.status == Status.COMPENSATED
+    assert run.error["type"] == "WaitTimeout"
+    assert list(Execution.objects.filter(run_id=run_id).values_list("step", flat=True)) == [
+        "unreserve"
+    ]
