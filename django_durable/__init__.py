@@ -23,6 +23,7 @@ from django_durable.exceptions import (
     ParallelFailed,
     RunTimedOut,
     StepTimeout,
+    WaitTimeout,
 )
 from django_durable.workflows.definition import (
     Cron,
@@ -59,10 +60,12 @@ __all__ = [
     "RunTimedOut",
     "StartResult",
     "StepTimeout",
+    "WaitTimeout",
     "Workflow",
     "acancel",
     "aexplain",
     "aget_run",
+    "alist_pending_inputs",
     "aprovide_input",
     "arelease_key",
     "arerun",
@@ -79,6 +82,7 @@ __all__ = [
     "get_run",
     "hours",
     "list_executions",
+    "list_pending_inputs",
     "minutes",
     "parallel",
     "pause_queue",
@@ -150,6 +154,7 @@ if TYPE_CHECKING:
         trigger_schedule,
     )
     from django_durable.operations.start import StartResult, start, start_detailed
+    from django_durable.operations.waits import alist_pending_inputs, list_pending_inputs
     from django_durable.workflows.context import Context
 
 _LAZY = {
@@ -194,6 +199,9 @@ _LAZY = {
         "django_durable.operations.schedules",
     ),
     **dict.fromkeys(["StartResult", "start", "start_detailed"], "django_durable.operations.start"),
+    **dict.fromkeys(
+        ["alist_pending_inputs", "list_pending_inputs"], "django_durable.operations.waits"
+    ),
     "Context": "django_durable.workflows.context",
 }
 

@@ -112,3 +112,22 @@ class DefinitionChanged(DurableError):
     changed under it: a step removed, renamed or moved). The run fails instead of
     running a different step; ``retry()`` resumes it once a matching definition is
     deployed."""
+
+
+class WaitTimeout(DurableError):
+    """``ctx.wait_for_all`` timed out before every event arrived; a step may catch it
+    (uncaught, it fails the attempt like any exception).
+
+    ``received`` is a dict of the events that did arrive (name -> payload),
+    ``missing`` the list of names that did not.
+    """
+
+    def __init__(
+        self, message: str, received: dict | None = None, missing: list[str] | None = None
+    ):
+        self.received = dict(received or {})
+        self.missing = list(missing or [])
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.received, self.missing))

@@ -7,9 +7,12 @@ recorded for them):
 - ``waits``: the values of the current step's waits that already passed, in
   call order;
 - ``pending``: the wait the run is suspended in (``kind``, ``name``,
-  ``timeout_value``);
+  ``timeout_value``; ``names`` for ``wait_for_any`` / ``wait_for_all``; ``input``,
+  the kind, prompt, choices and ``on_timeout`` of an input; ``since`` and
+  ``timeout_at``, ISO 8601 times);
 - ``received``: the event or input received per ``"<kind>:<name>"`` slot (one per
-  name for the whole run);
+  name for the whole run; the events of a ``wait_for_all`` that arrived so far are
+  kept here, one delivery at a time);
 - ``children``: the ids of the child runs each call started, by
   ``"<step index>:<call number>"``, and ``awaiting``: the runs the step waits for
   (``ids``, ``mode``);
@@ -24,9 +27,11 @@ Every function returns a new dict; none changes the one it is given.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "awaited_slots",
     "awaiting",
     "between_steps",
     "compensation_pending",
@@ -34,12 +39,16 @@ __all__ = [
     "event_slot",
     "forget_call",
     "has_children",
+    "pending_wait",
     "received",
     "recorded_children",
     "recorded_start",
     "resume",
+    "satisfied",
     "slot_of",
     "suspended",
+    "unanswered_input",
+    "waiting_label",
     "with_awaiting",
     "with_children",
     "with_compensation",
@@ -53,12 +62,19 @@ def event_slot(kind: str, name: str) -> str:
 
 
 def slot_of(wait) -> str | None:
-    """The ``received`` slot a wait takes its value from (a sleep or children: none)."""
-    return None if wait.kind in ("sleep", "children") else event_slot(wait.kind, wait.name)
+    """The ``received`` slot a single wait takes its value from (none for a sleep,
+    children, or a wait for several events: ``awaited_slots``)."""
+    if wait.kind in ("event", "input"):
+        return event_slot(wait.kind, wait.name)
+    return None
 
 
 def received(state: dict | None) -> dict[str, Any]:
     return dict((state or {}).get("received") or {})
+
+
+# The column ``Run.waiting_for`` is 300 characters; the state keeps every name.
+WAITING_FOR_CHARS = 300
 
 
 # --- waits -----------------------------------------------------------------------
@@ -72,17 +88,72 @@ def between_steps(state: dict | None) -> dict:
     return {name: state[name] for name in ("received", "children", "starts") if state.get(name)}
 
 
-def suspended(state: dict | None, waits: list, wait, kept_payload: Any = None) -> dict:
-    """The step suspends in ``wait`` after passing ``waits``; ``kept_payload``: an event
-    sent before the run waited for it, delivered now."""
+def suspended(
+    state: dict | None,
+    waits: list,
+    wait,
+    kept: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> dict:
+    """The step suspends in ``wait`` after passing ``waits`` (at ``at``); ``kept``: the
+    events (by slot) sent before the run waited for them, delivered now."""
     new = dict(state or {})
     new["waits"] = waits
-    new["pending"] = {"kind": wait.kind, "name": wait.name, "timeout_value": wait.timeout_value}
-    got = received(state)
-    if kept_payload is not None:
-        got[slot_of(wait)] = kept_payload
-    new["received"] = got
+    pending: dict[str, Any] = {"kind": wait.kind, "name": wait.name}
+    pending["timeout_value"] = wait.timeout_value
+    if wait.kind in ("any", "all"):
+        pending["names"] = list(wait.names)
+    if wait.kind == "input":
+        pending["input"] = dict(wait.input_spec or {"kind": "any"})
+    pending["since"] = at.isoformat() if at else None
+    pending["timeout_at"] = wait.until.isoformat() if wait.until else None
+    new["pending"] = pending
+    new["received"] = {**received(state), **(kept or {})}
     return new
+
+
+def _slots(pending: dict) -> list[str]:
+    """Every slot the pending wait takes a value from."""
+    if pending.get("kind") in ("event", "input"):
+        return [event_slot(pending["kind"], pending["name"])]
+    if pending.get("kind") in ("any", "all"):
+        return [event_slot("event", name) for name in pending.get("names") or []]
+    return []
+
+
+def awaited_slots(state: dict | None) -> list[str]:
+    """The slots a delivery may fill now: the pending wait's, less those it has (for
+    ``all``, the events still missing)."""
+    got = received(state)
+    return [slot for slot in _slots((state or {}).get("pending") or {}) if slot not in got]
+
+
+def satisfied(state: dict | None) -> bool:
+    """Whether the pending wait has what it waits for: the event or input, one of the
+    events (``any``), every event (``all``)."""
+    pending = (state or {}).get("pending") or {}
+    slots, got = _slots(pending), received(state)
+    if not slots:
+        return False
+    have = [slot in got for slot in slots]
+    return all(have) if pending["kind"] == "all" else any(have)
+
+
+def waiting_label(state: dict | None) -> str:
+    """``Run.waiting_for`` of a run suspended in the pending wait: ``"event:<name>"``,
+    ``"input:<name>"``, ``"any:<a>, <b>"``, ``"all:<the names still missing>"``."""
+    pending = (state or {}).get("pending") or {}
+    kind = pending.get("kind")
+    if kind in ("event", "input"):
+        label = event_slot(kind, pending["name"])
+    elif kind == "any":
+        label = "any:" + ", ".join(pending.get("names") or [])
+    elif kind == "all":
+        missing = [slot.partition(":")[2] for slot in awaited_slots(state)]
+        label = "all:" + ", ".join(missing)
+    else:
+        label = kind or ""
+    return label[:WAITING_FOR_CHARS]
 
 
 def delivered(state: dict | None, slot: str, payload: Any) -> dict:
@@ -98,13 +169,55 @@ def resume(state: dict | None) -> tuple[list[Any], dict]:
     waits = list(rest.pop("waits", []))
     pending = rest.pop("pending", None)
     if pending:
-        if pending["kind"] == "sleep":
-            waits.append(None)
-        else:
-            slot = event_slot(pending["kind"], pending["name"])
-            got = rest.get("received", {})
-            waits.append(got[slot] if slot in got else pending.get("timeout_value"))
+        waits.append(_resolved(pending, rest.get("received") or {}))
     return waits, rest
+
+
+def _resolved(pending: dict, got: dict) -> Any:
+    """The value recorded for the wait the run was suspended in (``workflows.waits``)."""
+    kind = pending["kind"]
+    if kind in ("event", "input"):
+        slot = event_slot(kind, pending["name"])
+        return got[slot] if slot in got else pending.get("timeout_value")
+    names = pending.get("names") or []
+    if kind == "any":
+        for name in names:
+            if (slot := event_slot("event", name)) in got:
+                return [name, got[slot]]
+        return [None, pending.get("timeout_value")]
+    if kind == "all":
+        payloads = {n: got[event_slot("event", n)] for n in names if event_slot("event", n) in got}
+        return {"payloads": payloads, "timed_out": len(payloads) < len(names)}
+    return None  # a sleep is over; children are read again by the step
+
+
+def unanswered_input(state: dict | None) -> dict | None:
+    """The pending input wait, when it ended without a value and its ``on_timeout`` is
+    ``"fail"`` (then the run fails instead of the step running again); else None."""
+    pending = (state or {}).get("pending") or {}
+    if pending.get("kind") != "input" or (pending.get("input") or {}).get("on_timeout") != "fail":
+        return None
+    if event_slot("input", pending["name"]) in received(state):
+        return None
+    return {"name": pending["name"], "timeout_at": pending.get("timeout_at")}
+
+
+def pending_wait(state: dict | None) -> dict[str, Any]:
+    """What a waiting run waits for, for people (``list_pending_inputs``, the dashboard):
+    ``kind``, ``name``, ``missing`` (the event names still awaited), ``input_kind``,
+    ``prompt``, ``choices``, ``since`` and ``timeout_at`` (ISO 8601 or None)."""
+    pending = (state or {}).get("pending") or {}
+    spec = pending.get("input") or {}
+    return {
+        "kind": pending.get("kind"),
+        "name": pending.get("name"),
+        "missing": [slot.partition(":")[2] for slot in awaited_slots(state)],
+        "input_kind": spec.get("kind") or "any",
+        "prompt": spec.get("prompt"),
+        "choices": spec.get("choices"),
+        "since": pending.get("since"),
+        "timeout_at": pending.get("timeout_at"),
+    }
 
 
 # --- children --------------------------------------------------------------------

@@ -13,6 +13,7 @@ from django.contrib.auth.models import Permission
 from django.contrib.sessions.models import Session
 
 import django_durable as durable
+from django_durable import step
 from django_durable.dashboard import site
 from django_durable.models import Run, WorkerNode
 from django_durable.store import now
@@ -227,9 +228,16 @@ def test_selected_runs_and_the_pause_while_selecting(chromium, live_server, staf
     context.close()
 
 
-def test_answering_inputs_and_events_and_driving_schedules(chromium, live_server, staff, shots):
+def test_answering_inputs_and_events_and_driving_schedules(
+    chromium, live_server, staff, shots, define
+):
     waiting = durable.start(DashOrder, {"order": 3}, key="order:3")
     event = durable.start(DashAwaitsEvent, {})
+
+    def sign_off(self, ctx):
+        return ctx.wait_for_input("sign_off", kind="approval", prompt="Ship order 3?")
+
+    approval = durable.start(define("dash_sign_off", sign_off=step(sign_off)))
     drain()
     durable.schedule(SyncAccount, "0 3 * * *", key="nightly-sync", name="nightly")
     WorkerNode.objects.create(id="w1", hostname="box", pid=7, queues=[], heartbeat_at=now())
@@ -247,6 +255,12 @@ def test_answering_inputs_and_events_and_driving_schedules(chromium, live_server
     drain()
     assert durable.get_run(event).result == {"amount": 5}
     assert durable.get_run(waiting).waiting_for != "input:approval"
+    card = page.locator(f"#pending-{approval}")
+    assert card.locator(".durable-prompt").inner_text() == "Ship order 3?"
+    card.locator("button[value=reject]").click()
+    assert "got its input 'sign_off'" in page.locator("ul.messagelist li.success").inner_text()
+    drain()
+    assert durable.get_run(approval).result is False
 
     page.goto(f"{live_server.url}/admin/durable/schedules/")
     page.click("button:text('Disable')")

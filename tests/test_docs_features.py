@@ -1,5 +1,6 @@
 """The examples of docs/queues.md, of the start_many and explain sections of
-docs/keys.md and of "Context values" in docs/waits-and-updates.md run as written."""
+docs/keys.md and of "Context values", "Waiting for several events" and "Asking a
+person" in docs/waits-and-updates.md run as written."""
 
 import pytest
 from django.utils import timezone
@@ -50,3 +51,25 @@ def test_the_context_values_example_runs(namespace):
     run = durable.get_run(run_id)
     assert run.result == 2
     assert run.context == {"log": ["counted"], "words": 2, "lang": "en", "checked": True}
+
+
+def test_the_several_events_example_runs(namespace):
+    definition, sending = python_blocks("waits-and-updates.md", "Waiting for several events")
+    exec(definition, namespace)
+    exec(sending, namespace)
+    review = durable.get_run(namespace["review"])
+    assert review.result == {"decision": "rejected", "note": {"why": "off topic"}}
+    order = durable.get_run(namespace["order"])
+    assert order.result == {"ready": {"paid": {"eur": 30}, "packed": {"box": "M"}}}
+
+
+def test_the_input_kinds_example_runs(namespace, capsys):
+    section = "Asking a person: input kinds"
+    definition, answering = python_blocks("waits-and-updates.md", section)
+    exec(definition, namespace)
+    exec(answering, namespace)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "sign_off approval Publish post 5?"
+    assert "an approval input takes true or false" in printed[1]
+    post = durable.get_run(namespace["post"])
+    assert post.result == {"published": True, "tags": ["django", "ops"]}

@@ -4,7 +4,10 @@ form to answer it, and the POST that answers through the public API
 
 The form follows the input's kind (``approval``: approve / reject buttons;
 ``single_choice`` / ``multi_choice``: the choices; ``free_text``: a text box;
-``any`` and ``form``: a JSON field). An event is answered with a JSON payload.
+``any`` and ``form``: a JSON field), with the prompt the step gave. An event is
+answered with a JSON payload; a ``wait_for_any`` / ``wait_for_all`` with the name
+of one of the events it still waits for. A value the input's kind refuses
+(``provide_input``'s ``ValueError``) is shown as an error, and nothing is written.
 Waiting runs are read per defined workflow through the
 ``(workflow, status)`` index, never by scanning the runs table.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -21,14 +25,15 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 import django_durable as durable
+from django_durable import state as run_state
 from django_durable.dashboard import audit
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.exceptions import DurableError
 from django_durable.models import Run, Status
+from django_durable.workflows import input_kinds
 from django_durable.workflows.definition import registry
 
-KINDS = ("any", "free_text", "approval", "single_choice", "multi_choice", "form")
 MAX_VALUE = 100_000
 
 
@@ -39,48 +44,64 @@ class Pending:
     name: str
     kind: str = "any"
     prompt: str | None = None
-    choices: list = field(default_factory=list)
+    # (the value as JSON text, the label shown) per choice: a choice keeps its type.
+    choices: list[tuple[str, str]] = field(default_factory=list)
+    # wait_for_any / wait_for_all: the events still awaited (answered one at a time).
+    names: list[str] = field(default_factory=list)
+    since: Any = None
+    timeout_at: Any = None
+    together: str = ""  # "any" or "all" for a wait for several events
+
+    @property
+    def kind_label(self) -> str:
+        return self.kind.replace("_", " ")
 
 
-def _described(run: Run, details: dict[str, dict]) -> Pending:
+def _described(run: Run) -> Pending:
+    """What the run waits for, as its state recorded it (``state.pending_wait``)."""
     wait, _, name = (run.waiting_for or "").partition(":")
-    pending = (run.state or {}).get("pending") or {}
-    described = details.get(str(run.id), {}) if wait == "input" else {}
-    kind = described.get("kind") or pending.get("input_kind") or "any"
+    pending = run_state.pending_wait(run.state)
+    together, names = "", []
+    if wait in ("any", "all"):
+        together, names = wait, pending["missing"]
+        wait, name = "event", names[0] if names else ""
+    kind = pending["input_kind"] if wait == "input" else "any"
+    choices = [
+        (json.dumps(c, ensure_ascii=False), c if isinstance(c, str) else json.dumps(c))
+        for c in (pending["choices"] or [])
+    ]
     return Pending(
         run,
         wait,
         name,
-        kind if kind in KINDS else "any",
-        described.get("prompt") or pending.get("prompt"),
-        list(described.get("choices") or pending.get("choices") or []),
+        kind if kind in input_kinds.KINDS else "any",
+        pending["prompt"] if wait == "input" else None,
+        choices,
+        names,
+        _time(pending["since"]) or run.started_at,
+        _time(pending["timeout_at"]) or run.due_at,
+        together,
     )
+
+
+def _time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
 
 
 def waiting_runs(workflow: str | None = None):
     names = [workflow] if workflow else sorted(w.name for w in registry.all())
     return (
         Run.objects.filter(workflow__in=names, status=Status.WAITING)
-        .filter(waiting_for__regex=r"^(input|event):")
+        .filter(waiting_for__regex=r"^(input|event|any|all):")
         .defer("input", "context", "result")
         .order_by("created_at", "id")
     )
 
 
-def _input_details() -> dict[str, dict]:
-    """Kinds, prompts and choices from ``durable.list_pending_inputs`` where the
-    installed version has it."""
-    lister = getattr(durable, "list_pending_inputs", None)
-    if lister is None:
-        return {}
-    return {str(row["run_id"]): row for row in lister()}
-
-
 def inputs_page(request, run_admin):
     workflow = request.GET.get("workflow") or None
     page = page_of(waiting_runs(workflow), request)
-    details = _input_details() if page.items else {}
-    page.items = [_described(run, details) for run in page.items]
+    page.items = [_described(run) for run in page.items]
     context = {
         "page": page,
         "query_string": "",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django_durable.workflows import input_kinds
 from django_durable.workflows.values import check_json, check_text
 
 # An event's or an input's name: the column's length (Event.name).
@@ -54,3 +55,14 @@ def validate_by(by: Any) -> str | None:
     if len(by) > MAX_BY_CHARS:
         raise ValueError(f"by is at most {MAX_BY_CHARS} characters, got {len(by)}")
     return check_text(by, "by")
+
+
+def check_answer(pending: dict, value: Any) -> None:
+    """``provide_input``'s check, under the run's lock: ``ValueError`` when ``value``
+    does not fit the kind the run's ``wait_for_input`` declared (``pending``:
+    ``state.pending_wait``)."""
+    spec = {"kind": pending.get("input_kind"), "choices": pending.get("choices")}
+    try:
+        input_kinds.check_value(spec, value)
+    except ValueError as exc:
+        raise ValueError(f"input {pending.get('name')!r}: {exc}") from None

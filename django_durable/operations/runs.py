@@ -170,19 +170,26 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
 def send_event(
     run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False
 ) -> None:
-    """Send event ``name`` to a run. It must be waiting for it, unless ``buffer=True``
-    keeps the event until the run waits for it."""
+    """Send event ``name`` to a run. It must be waiting for it (``wait_for_event``, or
+    ``wait_for_any`` / ``wait_for_all`` naming it), unless ``buffer=True`` keeps the
+    event until the run waits for it."""
     _send(run_id, Event.Kind.EVENT, name, payload, keep=buffer)
 
 
 def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
-    """Give a run waiting in ``ctx.wait_for_input(name)`` its value."""
-    _send(run_id, Event.Kind.INPUT, name, value, keep=False)
+    """Give a run waiting in ``ctx.wait_for_input(name)`` its value.
+
+    ``NotWaiting`` unless the run waits for that input now; ``ValueError`` for a
+    value that does not fit the input's ``kind`` (``workflows.input_kinds``), and
+    then nothing is written: the run still waits."""
+    _send(run_id, Event.Kind.INPUT, name, value, keep=False, check=inputs.check_answer)
 
 
-def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool) -> None:
+def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool, check=None) -> None:
     name = inputs.validate_name(name, kind)
     payload = inputs.validate_payload(payload, f"the {kind} payload")
-    outcome = store.retry_deadlocks(store.deliver)(run_id, kind, name, payload, keep=keep)
+    outcome = store.retry_deadlocks(store.deliver)(
+        run_id, kind, name, payload, keep=keep, check=check
+    )
     if outcome == "refused":
         raise NotWaiting(f"run {run_id} is not waiting for {kind} {name!r}")

@@ -90,6 +90,8 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
     if run.status == Status.COMPENSATING:
         return compensation.compensate(workflow, run)
     instance: Workflow = workflow()
+    # An input wait with on_timeout="fail" that ended without its value (``state``).
+    unanswered = run_state.unanswered_input(run.state)
     waits = _resume_waits(run)
     executed = 0
     while run.step_index < len(workflow.steps) or definition_mismatch(workflow, run):
@@ -103,6 +105,8 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             error = {"type": DefinitionChanged.__name__, "message": mismatch}
             return executed + _fail_outside_steps(run, error)
         step = workflow.steps[run.step_index]
+        if unanswered is not None:
+            return executed + _input_timed_out(workflow, run, step, unanswered)
         executed += 1
         outcome = _attempt(workflow, instance, run, step, waits, should_stop)
         if outcome is not None:
@@ -271,6 +275,17 @@ def _timed_out(workflow, run: Run) -> int:
     if to_undo := compensation.pending_for(workflow, run):
         return compensation.begin(workflow, run, to_undo, error)
     return _fail_outside_steps(run, error)
+
+
+def _input_timed_out(workflow, run: Run, step: StepDef, unanswered: dict) -> int:
+    """``wait_for_input(on_timeout="fail")`` timed out: the step fails for good (no
+    retry), without running again; compensations run as for any failure."""
+    message = (
+        f"the input {unanswered['name']!r} timed out: nobody provided it by "
+        f"{unanswered['timeout_at']} (on_timeout='fail')"
+    )
+    error = {"type": "WaitTimeout", "message": message}
+    return _failed(workflow, run, step, store.now(), NonRetryable(message), error=error)
 
 
 def _record_cancelled(run: Run, step_name: str, started_at) -> None:

@@ -96,6 +96,7 @@ from django_durable.store.runs import (
     hand_back_lost,
     recover_expired_leases,
     renew_lease,
+    waiting_for_input,
 )
 from django_durable.store.schedules import (
     advance_schedule,
@@ -194,6 +195,7 @@ __all__ = [
     "register_worker",
     "release_key",
     "renew_lease",
+    "waiting_for_input",
     "renew_leases",
     "replace_holder",
     "reset_connection_after_error",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Event, Run, Status, StepAttempt
@@ -21,6 +22,7 @@ __all__ = [
     "hand_back_lost",
     "recover_expired_leases",
     "renew_lease",
+    "waiting_for_input",
 ]
 
 
@@ -38,9 +40,24 @@ def current_status(run_id: uuid.UUID) -> tuple[str, int] | None:
     return tuple(row) if row else None
 
 
-def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool) -> str:
+def deliver(
+    run_id: uuid.UUID,
+    kind: str,
+    name: str,
+    payload: Any,
+    *,
+    keep: bool,
+    check: Callable[[dict, Any], None] | None = None,
+) -> str:
     """Give an event or input to a run: ``"delivered"`` when it was waiting for it,
     ``"kept"`` when it is kept for a later wait, ``"refused"`` otherwise.
+
+    A delivery that completes the wait (its event or input; one of a
+    ``wait_for_any``'s events; the last missing one of a ``wait_for_all``'s) makes
+    the run due; one that leaves a ``wait_for_all`` short keeps the payload in the
+    run's state and the run waiting. ``check(pending_wait, payload)`` is called
+    before anything is written when the run waits for it (``provide_input`` checks
+    the input's kind there); what it raises leaves everything as it was.
 
     The run row is locked, so this and ``record_suspended`` never miss each other.
     """
@@ -51,14 +68,19 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
             .only("id", "status", "waiting_for", "state", "queue")
             .get(id=run_id)
         )
-        got = run_state.received(run.state)
-        if run.status == Status.WAITING and run.waiting_for == slot and slot not in got:
-            Run.objects.filter(id=run_id).update(
-                status=Status.PENDING,
-                due_at=now(),
-                waiting_for=None,
-                state=run_state.delivered(run.state, slot, payload),
-            )
+        if run.status == Status.WAITING and slot in run_state.awaited_slots(run.state):
+            if check is not None:
+                check(run_state.pending_wait(run.state), payload)
+            state = run_state.delivered(run.state, slot, payload)
+            if run_state.satisfied(state):
+                changes: dict[str, Any] = {
+                    "status": Status.PENDING,
+                    "due_at": now(),
+                    "waiting_for": None,
+                }
+            else:
+                changes = {"waiting_for": run_state.waiting_label(state)}
+            Run.objects.filter(id=run_id).update(state=state, **changes)
             Event.objects.create(
                 run_id=run_id,
                 kind=kind,
@@ -67,7 +89,8 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
                 created_at=now(),
                 delivered_at=now(),
             )
-            notify_due(run.queue)  # wake an idle worker for the resumed run
+            if "due_at" in changes:
+                notify_due(run.queue)  # wake an idle worker for the resumed run
             return "delivered"
         if keep and run.status not in FINISHED_STATUSES:
             Event.objects.create(
@@ -75,6 +98,22 @@ def deliver(run_id: uuid.UUID, kind: str, name: str, payload: Any, *, keep: bool
             )
             return "kept"
         return "refused"
+
+
+def waiting_for_input(workflows: list[str], limit: int) -> QuerySet[Run]:
+    """Runs of ``workflows`` waiting for an input, oldest first, at most ``limit``
+    (a lazy, sliced QuerySet: its plan can be read with ``explain()``).
+
+    Read through ``durable_run_workflow_status`` (workflow, status): one index range
+    per workflow named, holding only its waiting runs, filtered on ``waiting_for``.
+    """
+    return (
+        Run.objects.filter(
+            workflow__in=workflows, status=Status.WAITING, waiting_for__startswith="input:"
+        )
+        .only("id", "workflow", "state", "created_at")
+        .order_by("created_at", "id")[:limit]
+    )
 
 
 def hand_back(run: Run) -> bool:

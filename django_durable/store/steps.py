@@ -216,40 +216,30 @@ def record_suspended(
     """Suspend the run in a wait and free the worker.
 
     The run row is locked so that an event sent at the same moment is either
-    seen here (kept, then delivered at once) or finds the run waiting.
+    seen here (kept, then delivered at once) or finds the run waiting. Kept
+    events answer the wait: the newest of each name it waits for (``wait_for_any``:
+    the newest of them all). When they are all it needs, the run is due at once.
     """
-    slot = run_state.slot_of(wait)
+    at = now()
     with atomic():
         locked = owned(run).select_for_update().only("id", "state").first()
         if locked is None:
             raise LeaseLost(run.id)
-        kept = None
-        if wait.kind == "event":
-            kept = (
-                Event.objects.filter(
-                    run_id=run.id, kind=Event.Kind.EVENT, name=wait.name, delivered_at__isnull=True
-                )
-                .order_by("-id")
-                .first()
-            )
-        state = run_state.suspended(locked.state, waits, wait, kept.payload if kept else None)
-        if kept is not None:
-            # An event sent before the run waited for it: deliver the newest now.
-            Event.objects.filter(id=kept.id).update(delivered_at=now())
-            changes: dict[str, Any] = {
-                "status": Status.PENDING,
-                "due_at": now(),
-                "waiting_for": None,
-            }
+        kept = _kept_events(run, wait, run_state.received(locked.state))
+        state = run_state.suspended(
+            locked.state, waits, wait, {slot: e.payload for slot, e in kept.items()}, at
+        )
+        if kept:
+            # Events sent before the run waited for them: delivered now.
+            Event.objects.filter(id__in=[e.id for e in kept.values()]).update(delivered_at=at)
+        if run_state.satisfied(state):
+            changes: dict[str, Any] = {"status": Status.PENDING, "due_at": at, "waiting_for": None}
         else:
             due = wait.until
             if run.timeout_at is not None and (due is None or run.timeout_at < due):
                 due = run.timeout_at
-            changes = {
-                "status": Status.WAITING,
-                "due_at": due,
-                "waiting_for": slot or wait.kind,
-            }
+            label = run_state.waiting_label(state)
+            changes = {"status": Status.WAITING, "due_at": due, "waiting_for": label}
         changes.update(state=state, context=context, worker_id=None, lease_expires_at=None)
         owned(run).update(**changes)
         attempt = attempt_of(run, step_name, StepAttempt.Outcome.SUSPENDED, started_at)
@@ -257,6 +247,36 @@ def record_suspended(
     for name, value in changes.items():
         setattr(run, name, value)
     announce_attempt(attempt)
+
+
+def _kept_events(run: Run, wait, got: dict) -> dict[str, Event]:
+    """The kept (``buffer=True``) events that answer ``wait``, by slot: the newest per
+    name, one query per name not yet received (a wait names a few events)."""
+    if wait.kind == "event":
+        names = [wait.name]
+    elif wait.kind in ("any", "all"):
+        names = list(wait.names)
+    else:
+        return {}
+    found: dict[str, Event] = {}
+    for name in names:
+        slot = run_state.event_slot("event", name)
+        if slot in got:
+            continue
+        event = (
+            Event.objects.filter(
+                run_id=run.id, kind=Event.Kind.EVENT, name=name, delivered_at__isnull=True
+            )
+            .order_by("-id")
+            .only("id", "payload")
+            .first()
+        )
+        if event is not None:
+            found[slot] = event
+    if wait.kind == "any" and len(found) > 1:
+        newest = max(found, key=lambda slot: found[slot].id)
+        found = {newest: found[newest]}
+    return found
 
 
 def record_attempt_cancelled(run: Run, step_name: str, started_at: datetime) -> None:

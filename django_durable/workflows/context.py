@@ -1,36 +1,26 @@
 """The ``ctx`` a step receives: input, context values, waits and heartbeats.
 
-A wait (``sleep``, ``wait_for_event``, ``wait_for_input``) suspends the run by
-raising ``Suspend``; the executor records it and frees the worker. When the run
-resumes, the step runs again from its start and each wait it already passed
-returns the value recorded for it, in call order.
+A wait (``sleep``, ``wait_for_event``, ``wait_for_any``, ``wait_for_all``,
+``wait_for_input``: ``workflows.waits``) suspends the run by raising ``Suspend``;
+the executor records it and frees the worker. When the run resumes, the step runs
+again from its start and each wait it already passed returns the value recorded
+for it, in call order.
 """
 
 from __future__ import annotations
 
 import copy
 import uuid
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 from django_durable import conf, store
-from django_durable import state as run_state
 from django_durable.exceptions import Cancelled, RunTimedOut
 from django_durable.workflows.async_context import AsyncContextMethods, refuse_in_event_loop
 from django_durable.workflows.definition import OnDuplicate, Workflow
-from django_durable.workflows.durations import as_timedelta
 from django_durable.workflows.values import check_json
+from django_durable.workflows.waits import Suspend, WaitMethods
 
-
-@dataclass
-class Suspend(Exception):
-    """Raised by a wait to suspend the run; caught by the executor."""
-
-    kind: str  # "sleep" | "event" | "input" | "children"
-    name: str | None
-    until: datetime | None
-    timeout_value: Any = None
+__all__ = ["Context", "Suspend"]
 
 
 def _name(name: object) -> str:
@@ -39,7 +29,7 @@ def _name(name: object) -> str:
     return name
 
 
-class Context(AsyncContextMethods):
+class Context(WaitMethods, AsyncContextMethods):
     """What a step sees of its run. One is made for each execution of a step.
     An ``async def`` step awaits ``aheartbeat``, ``acall_workflow``, ``aparallel``."""
 
@@ -146,69 +136,6 @@ class Context(AsyncContextMethods):
             store.renew_lease(self._run, conf.get("LEASE"))
         except store.LeaseLost:
             raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned") from None
-
-    # --- waits -------------------------------------------------------------
-
-    def _next_wait(self) -> tuple[bool, Any]:
-        """The value of this wait if the step passed it before a resume."""
-        index = self._wait_calls
-        self._wait_calls += 1
-        if index < len(self._waits):
-            return True, self._waits[index]
-        return False, None
-
-    def sleep(self, duration: timedelta | float) -> None:
-        """Suspend the run for ``duration``; the worker is free meanwhile."""
-        duration = as_timedelta(duration, "sleep duration")
-        done, _ = self._next_wait()
-        if done:
-            return None
-        raise Suspend("sleep", None, store.now() + duration)
-
-    def sleep_until(self, when: datetime) -> None:
-        """Suspend the run until ``when`` (an aware datetime; one in the past resumes
-        at once); the worker is free meanwhile."""
-        if not isinstance(when, datetime):
-            raise TypeError(f"sleep_until takes an aware datetime, got {type(when).__name__}")
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise TypeError("sleep_until takes an aware datetime (a naive one has no time zone)")
-        done, _ = self._next_wait()
-        if done:
-            return None
-        raise Suspend("sleep", None, when)
-
-    def wait_for_event(
-        self, name: str, timeout: timedelta | float | None = None, timeout_value: Any = None
-    ) -> Any:
-        """Return the payload of event ``name`` sent to this run, waiting for it if needed.
-
-        A run gets one event per name: once one was received, every wait for that
-        name returns it. Returns ``timeout_value`` when ``timeout`` passes first.
-        """
-        return self._wait_for("event", name, timeout, timeout_value)
-
-    def wait_for_input(
-        self, name: str, timeout: timedelta | float | None = None, timeout_value: Any = None
-    ) -> Any:
-        """Return the value given with ``durable.provide_input(run_id, name, value)``."""
-        return self._wait_for("input", name, timeout, timeout_value)
-
-    def _wait_for(self, kind: str, name: str, timeout, timeout_value) -> Any:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
-        until = None
-        if timeout is not None:
-            until = store.now() + as_timedelta(timeout, f"{kind} timeout")
-        check_json(timeout_value, "timeout_value")
-        done, value = self._next_wait()
-        if done:
-            return value
-        received = run_state.received(self._run.state)
-        slot = run_state.event_slot(kind, name)
-        if slot in received:
-            self._waits.append(received[slot])
-            return received[slot]
-        raise Suspend(kind, name, until, timeout_value)
 
     # --- children and parallel branches (children.py) ---------------------------
 
