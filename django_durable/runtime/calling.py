@@ -34,6 +34,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from django_durable import telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.runtime import steplogs
@@ -58,7 +59,7 @@ def call(run: Run, fn: Callable[..., Any], *args: Any, timeout: float | None = N
     whatever the outcome, and what it raised (``Suspend``, ``Cancelled``, an
     error) is raised as it is.
     """
-    with steplogs.capture() as captured:
+    with steplogs.capture() as captured, telemetry.in_run_trace(run):
         try:
             result = fn(*args)
             if inspect.isawaitable(result):

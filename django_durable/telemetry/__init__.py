@@ -21,7 +21,12 @@ from django_durable import signals, store
 from django_durable.telemetry import engine, instruments, spans
 from django_durable.telemetry.engine import lease_lost, recovered
 from django_durable.telemetry.instruments import AVAILABLE, SCOPE, Instruments
-from django_durable.telemetry.links import links_to, run_trace_context, trace_context
+from django_durable.telemetry.links import (
+    in_run_trace,
+    links_to,
+    run_trace_context,
+    trace_context,
+)
 from django_durable.telemetry.logs import LOG_FIELDS, log_fields
 from django_durable.telemetry.spans import run_finished as _run_finished
 
@@ -29,6 +34,7 @@ __all__ = [
     "AVAILABLE",
     "LOG_FIELDS",
     "SCOPE",
+    "in_run_trace",
     "install",
     "lease_lost",
     "links_to",

@@ -13,17 +13,23 @@ would stretch the request's trace to the run's end and bury it under steps; link
 the request's trace stays the size of the request, the run's trace the size of the
 run, and a tracing UI follows the link either way. Temporal and DBOS link for the
 same reason.
+
+While a step runs, the run's trace is the current one (``in_run_trace``): spans the
+step opens itself (an HTTP client's, a database driver's) land in the run's trace,
+and a run the step starts (``ctx.start``, a child) links back to it.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django_durable.telemetry import instruments
 
 if instruments.AVAILABLE:
-    from opentelemetry import trace
+    from opentelemetry import context, trace
     from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -65,3 +71,17 @@ def run_trace_context(run_id: uuid.UUID):
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+@contextmanager
+def in_run_trace(run: Any) -> Iterator[None]:
+    """Make ``run``'s trace the current one while a step of it runs (only while
+    something listens: otherwise one check and nothing else)."""
+    if instruments.on() is None:
+        yield
+        return
+    token = context.attach(run_trace_context(run.id))
+    try:
+        yield
+    finally:
+        context.detach(token)
