@@ -2,17 +2,27 @@
 workflow, key, and where known step, attempt, queue, worker_id), from a real worker
 (the ``Worker`` object, its threads and their own connections) and from ``drain()``."""
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
+from django.db import connection
 
 import django_durable as durable
 from django_durable import step, telemetry
 from django_durable.models import Run
 from django_durable.runtime.worker import Worker
 from django_durable.testing import drain
+from tests.test_docs_async_and_logs import python_blocks
+from tests.testapp.workflows import Flaky
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,3 +160,53 @@ def test_a_field_the_query_deferred_is_left_out_not_loaded(define, django_assert
     with django_assert_num_queries(0):
         found = telemetry.log_fields(run)
     assert found == {"run_id": str(run_id), "workflow": "deferred_fields", "key": "d:1"}
+
+
+def test_the_json_logging_example_of_the_docs_runs_in_a_durable_worker(tmp_path):
+    """docs/observability.md, "Log fields": its formatter and filter, in a project
+    module, configured by its LOGGING, write JSON lines with the run's fields from a
+    real ``manage.py durable_worker --burst`` process."""
+    classes, config = python_blocks("observability.md", "Log fields")
+    namespace: dict = {}
+    exec(classes, namespace)
+    assert namespace["LOG_FIELDS"] == telemetry.LOG_FIELDS  # the doc names every field
+    (tmp_path / "myproject").mkdir()
+    (tmp_path / "myproject" / "__init__.py").write_text("")
+    (tmp_path / "myproject" / "logs.py").write_text(classes)
+    (tmp_path / "json_settings.py").write_text("from tests.settings import *  # noqa\n" + config)
+    run_id = durable.start(Flaky, {"failures": 1}, key="json:1")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "json_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "durable_worker", "--burst"]
+        + ["--worker-id", "json-worker"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Run.objects.get(id=run_id).status == "completed"
+    # The console handler writes JSON lines; the file keeps only the run's records.
+    printed = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert any("worker json-worker started" in line["message"] for line in printed)
+    lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert lines and all(line["run_id"] == str(run_id) for line in lines)
+    retry = next(line for line in lines if "failed, attempt 2" in line["message"])
+    assert (retry["workflow"], retry["key"], retry["step"], retry["attempt"]) == (
+        "flaky",
+        "json:1",
+        "wobble",
+        2,
+    )
+    assert retry["level"] == "INFO"
+    started = [line for line in lines if "started: step" in line["message"]]
+    assert [(line["attempt"], line["worker_id"]) for line in started] == [
+        (1, "json-worker"),
+        (2, "json-worker"),
+    ]

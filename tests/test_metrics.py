@@ -101,8 +101,17 @@ def test_a_recovered_run_is_counted_by_the_worker_that_recovers_it(reader, defin
     # The dead worker's lease ran out (moved in the database, as time would).
     Run.objects.filter(id=run_id).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
 
-    assert Worker(burst=True, worker_id="rescuer").run(install_signal_handlers=False) == 0
-    assert Run.objects.get(id=run_id).status == "completed"
+    # A live worker's maintenance recovers it, and the worker then runs it.
+    worker = Worker(worker_id="rescuer", poll_interval=0.05)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        wait_for(
+            lambda: Run.objects.get(id=run_id).status == "completed", "the run to be recovered"
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
     recoveries = points(reader, "durable.recoveries")
     assert {k: p.value for k, p in recoveries.items()} == {
         attrs(workflow="lost_run", queue="chores"): 1
