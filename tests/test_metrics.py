@@ -163,3 +163,19 @@ def test_nothing_is_measured_and_claims_are_not_watched_when_telemetry_is_uninst
     assert points(reader, "durable.claim.latency") == {}
     assert points(reader, "durable.pickup.latency") == {}
     assert points(reader, "durable.queue.depth") == {}
+
+
+def test_a_process_installed_without_queue_depth_reads_no_depth(define):
+    found = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[found])
+    telemetry.install(meter_provider=provider)
+    # A web process, after its own SDK setup: the workers' gauge is enough.
+    telemetry.install(meter_provider=provider, queue_depth=False)
+    try:
+        durable.start(define("not_counted"))
+        assert points(found, "durable.queue.depth") == {}
+        assert drain() == 1
+        assert list(points(found, "durable.claim.latency")) == [attrs(queue="*")]
+    finally:
+        telemetry.install()
+        provider.shutdown()

@@ -72,7 +72,8 @@ def lease_lost(run: Any) -> None:
 
 def observe_depth(options: Any) -> list[Any]:
     """The ``durable.queue.depth`` callback: due runs per queue, at collection time."""
-    if on() is None:
+    inst = on()
+    if inst is None or not inst.observes_depth:  # installed again with queue_depth=False
         return []
     connection = store.db()
     try:

@@ -24,6 +24,23 @@ SCOPE = "django_durable"
 RUN_CACHE_SIZE = 2048
 
 
+# Bucket boundaries (seconds) advised for the latency histograms: the SDK's default
+# ones (0, 5, 10, 25... 10000) suit milliseconds and would put every claim in one.
+CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+PICKUP_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+
+
+def _seconds(meter, name: str, description: str, buckets: tuple[float, ...]):
+    """A histogram in seconds with advised buckets (opentelemetry-api 1.23 and later;
+    an older API takes the histogram without them)."""
+    try:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit="s", description=description)
+
+
 class RunFacts(NamedTuple):
     """What step spans and metrics need of a run: its workflow, queue and the trace
     context it was started in (``Run.trace_context``)."""
@@ -64,13 +81,17 @@ class Instruments:
             "durable.key.releases", unit="{release}", description="Keys released by hand"
         )
         # The engine's own (docs/metrics.md).
-        self.claim_latency = histogram(
-            "durable.claim.latency", unit="s", description="How long a claim statement took"
+        self.claim_latency = _seconds(
+            meter,
+            "durable.claim.latency",
+            "How long a claim statement took",
+            CLAIM_BUCKETS,
         )
-        self.pickup_latency = histogram(
+        self.pickup_latency = _seconds(
+            meter,
             "durable.pickup.latency",
-            unit="s",
-            description="From a run's due time to its claim, by the database's clock",
+            "From a run's due time to its claim, by the database's clock",
+            PICKUP_BUCKETS,
         )
         self.recoveries = counter(
             "durable.recoveries",
@@ -82,6 +103,7 @@ class Instruments:
             unit="{run}",
             description="Runs a worker found taken over by another claim",
         )
+        self.observes_depth = observe_depth is not None
         if observe_depth is not None:
             meter.create_observable_gauge(
                 "durable.queue.depth",
