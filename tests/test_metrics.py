@@ -4,9 +4,11 @@ lease expired, and a worker whose run another claim took."""
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 from opentelemetry.sdk.metrics import MeterProvider
@@ -14,9 +16,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import django_durable as durable
 from django_durable import step, store, telemetry
-from django_durable.models import Run
+from django_durable.models import Run, Status
 from django_durable.runtime.worker import Worker
-from django_durable.store import observers
+from django_durable.store import depth, observers
 from django_durable.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -179,3 +181,34 @@ def test_a_process_installed_without_queue_depth_reads_no_depth(define):
     finally:
         telemetry.install()
         provider.shutdown()
+
+
+@pytest.mark.postgres
+def test_queue_depth_reads_only_the_claim_index_and_stops_at_its_cap():
+    at = timezone.now()
+    Run.objects.bulk_create(
+        Run(
+            id=uuid.uuid4(),
+            workflow="noop",
+            queue="deep" if n % 3 else "shallow",
+            priority=n % 4,
+            # a third is due later (a sleep, a backoff): never read by the count
+            due_at=at - timedelta(minutes=5) if n % 5 else at + timedelta(hours=1),
+            created_at=at,
+        )
+        for n in range(6_000)
+    )
+    Run.objects.bulk_create(
+        Run(id=uuid.uuid4(), workflow="noop", status=Status.COMPLETED, created_at=at)
+        for _ in range(6_000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+        cursor.execute("EXPLAIN " + depth.QUEUE_DEPTH, {"cap": 100})
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "durable_run_claim" in plan, plan
+    assert "Seq Scan" not in plan, plan
+    assert store.queue_depths(cap=100) == {"deep": 100, "shallow": 100}
+    due = Run.objects.filter(due_at__lte=at).values_list("queue")
+    expected = {q: due.filter(queue=q).count() for q in ("deep", "shallow")}
+    assert store.queue_depths() == expected
