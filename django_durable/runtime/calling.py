@@ -2,7 +2,9 @@
 
 The executor and the compensation runner call user code only through ``call()``:
 it captures what the call logs (``steplogs``) onto ``run.attempt_logs`` for the
-attempt the store records next, and awaits what an ``async def`` returns.
+attempt the store records next, makes the run's trace the current one (so spans
+the step opens land in it: ``telemetry.in_run_trace``), and awaits what an
+``async def`` returns.
 
 How an async step runs: through asgiref's ``async_to_sync``, the way Django runs
 an async view under WSGI. The worker thread that claimed the run stays the step's

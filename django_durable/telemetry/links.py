@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from django_durable.telemetry import instruments
@@ -73,14 +73,20 @@ def run_trace_context(run_id: uuid.UUID):
     return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
-@contextmanager
-def in_run_trace(run: Any) -> Iterator[None]:
+def in_run_trace(run: Any) -> AbstractContextManager[None]:
     """Make ``run``'s trace the current one while a step of it runs (only while
-    something listens: otherwise one check and nothing else)."""
+    something listens: otherwise one check and a shared no-op context)."""
     if instruments.on() is None:
-        yield
-        return
-    token = context.attach(run_trace_context(run.id))
+        return _NOTHING
+    return _attached(run_trace_context(run.id))
+
+
+_NOTHING = nullcontext()
+
+
+@contextmanager
+def _attached(current: Any) -> Iterator[None]:
+    token = context.attach(current)
     try:
         yield
     finally:
