@@ -42,11 +42,18 @@ def trace_context() -> dict[str, str] | None:
     or outside a span. Cheap: a context-variable read, no provider involved."""
     if instruments.current is None:
         return None
-    if not trace.get_current_span().get_span_context().is_valid:
+    current = trace.get_current_span().get_span_context()
+    if not current.is_valid:
         return None
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier)
-    return carrier or None
+    # The W3C header, as the propagator writes it (it reads it back in links_to).
+    headers = {
+        "traceparent": (
+            f"00-{current.trace_id:032x}-{current.span_id:016x}-{int(current.trace_flags):02x}"
+        )
+    }
+    if current.trace_state:
+        headers["tracestate"] = current.trace_state.to_header()
+    return headers
 
 
 def links_to(stored: dict | None) -> list[Any]:
