@@ -117,6 +117,10 @@ class Run(models.Model):
     # The names of the workflow's steps when the run started: a run resumes only into
     # the step it was in (durable.DefinitionChanged otherwise). Empty: not recorded.
     step_names = models.JSONField(default=list, db_default=[], blank=True)
+    # The OpenTelemetry span context the run was started in (W3C ``traceparent`` and
+    # ``tracestate``), so its spans can link to the request that started it. NULL:
+    # started outside a trace, or without OpenTelemetry (docs/observability.md).
+    trace_context = models.JSONField(null=True, blank=True)
 
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from django_durable import signals, store
+from django_durable import signals, store, telemetry
 from django_durable.exceptions import KeyTaken
 from django_durable.models import Activity
 from django_durable.operations import inputs, keys
@@ -118,6 +118,7 @@ def _start_batch(definition, policy, pairs, sent, results, alone, taken) -> None
         timeout_at=at + definition.timeout if definition.timeout else None,
         step_names=definition.step_names(),
         items=[(run_id, *pairs[n]) for run_id, n in zip(ids, sent, strict=True)],
+        trace_context=telemetry.trace_context(),
     )
     duplicates = []
     for run_id, n, answer in zip(ids, sent, answers, strict=True):

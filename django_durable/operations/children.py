@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_durable import state as run_state
-from django_durable import store
+from django_durable import store, telemetry
 from django_durable.exceptions import ChildFailed, KeyTaken, ParallelFailed
 from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
@@ -201,7 +201,7 @@ def _start(run: Run, call_key: str, specs: list, mode: str) -> list[uuid.UUID]:
             store.save_owned_state(run, run_state.with_children(state, call_key, ids, mode))
     if taken is not None:
         raise taken
-    logger.info("run %s started %d child runs", run.id, len(ids))
+    logger.info("run %s started %d child runs", run.id, len(ids), extra=telemetry.log_fields(run))
     return ids
 
 

@@ -16,7 +16,7 @@ import uuid
 
 from django.db import transaction
 
-from django_durable import signals, store
+from django_durable import signals, store, telemetry
 from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
 from django_durable.operations import keys, parents
@@ -147,7 +147,13 @@ def promote_waiting(workflow_name: str, key: str) -> None:
             workflow=workflow_name,
             key=key,
         )
-    logger.info("run %s took key %r of %s", waiting.id, key, workflow_name)
+    logger.info(
+        "run %s took key %r of %s",
+        waiting.id,
+        key,
+        workflow_name,
+        extra=telemetry.log_fields(waiting),
+    )
 
 
 def sweep_waiting() -> int:

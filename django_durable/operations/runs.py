@@ -9,12 +9,13 @@ and signals sent after commit.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
 from django.db.models import QuerySet
 
-from django_durable import signals, store
+from django_durable import signals, store, telemetry
 from django_durable.exceptions import (
     AlreadyFinished,
     KeyContended,
@@ -41,6 +42,8 @@ from django_durable.operations.finish import (
 )
 from django_durable.operations.start import MAX_CHANGES_OF_HANDS, start_run
 from django_durable.workflows.definition import Workflow, registry
+
+logger = logging.getLogger("django_durable.operations.runs")
 
 # --- acting on runs -------------------------------------------------------------
 
@@ -165,6 +168,13 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
         # Inside the cancel's transaction: it commits with everything it sets off
         # (descendants cancelled, the waiting run promoted), or not at all.
         run_finished(run)
+    logger.info(
+        "run %s (%s) cancelled: %s",
+        run.id,
+        run.workflow,
+        reason or "no reason given",
+        extra=telemetry.log_fields(run),
+    )
 
 
 def send_event(

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, TypeAlias
 
-from django_durable import signals, store
+from django_durable import signals, store, telemetry
 from django_durable.exceptions import KeyContended, KeyTaken
 from django_durable.models import (
     FINISHED_STATUSES,
@@ -67,6 +67,7 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
         due_at=at,
         timeout_at=at + workflow.timeout if workflow.timeout else None,
         step_names=workflow.step_names(),
+        trace_context=telemetry.trace_context(),  # the span this start runs in, if any
     )
     for name, value in fields.items():
         setattr(run, name, value)

@@ -2,7 +2,9 @@
 
 The executor and the compensation runner call user code only through ``call()``:
 it captures what the call logs (``steplogs``) onto ``run.attempt_logs`` for the
-attempt the store records next, and awaits what an ``async def`` returns.
+attempt the store records next, makes the run's trace the current one (so spans
+the step opens land in it: ``telemetry.in_run_trace``), and awaits what an
+``async def`` returns.
 
 How an async step runs: through asgiref's ``async_to_sync``, the way Django runs
 an async view under WSGI. The worker thread that claimed the run stays the step's
@@ -34,6 +36,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from django_durable import telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.runtime import steplogs
@@ -58,7 +61,7 @@ def call(run: Run, fn: Callable[..., Any], *args: Any, timeout: float | None = N
     whatever the outcome, and what it raised (``Suspend``, ``Cancelled``, an
     error) is raised as it is.
     """
-    with steplogs.capture() as captured:
+    with steplogs.capture() as captured, telemetry.in_run_trace(run):
         try:
             result = fn(*args)
             if inspect.isawaitable(result):

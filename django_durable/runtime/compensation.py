@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from django_durable import state as run_state
-from django_durable import store
+from django_durable import store, telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.operations import finish
@@ -63,7 +63,13 @@ def begin(
         store.begin_compensating(run, step_name, started_at, error, pending)
     except store.LeaseLost:
         return 0
-    logger.info("run %s (%s) failed; compensating %d steps", run.id, run.workflow, len(pending))
+    logger.info(
+        "run %s (%s) failed; compensating %d steps",
+        run.id,
+        run.workflow,
+        len(pending),
+        extra=telemetry.log_fields(run, step=step_name),
+    )
     return compensate(workflow, run)
 
 
@@ -95,7 +101,9 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         except store.LeaseLost:
             return executed
         if run.is_finished:
-            logger.info("run %s (%s) compensated", run.id, run.workflow)
+            logger.info(
+                "run %s (%s) compensated", run.id, run.workflow, extra=telemetry.log_fields(run)
+            )
             _finished(run)
             return executed
 
@@ -125,7 +133,11 @@ def _failed(run: Run, index: int, step, started_at, exc: Exception) -> None:
         return
     if retry_at is None:
         logger.warning(
-            "run %s (%s): compensation %s failed for good", run.id, run.workflow, step.compensate
+            "run %s (%s): compensation %s failed for good",
+            run.id,
+            run.workflow,
+            step.compensate,
+            extra=telemetry.log_fields(run, step=step.name),
         )
         _finished(run)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from django_durable import conf, store
+from django_durable import conf, store, telemetry
 from django_durable import state as run_state
 from django_durable.exceptions import (
     Cancelled,
@@ -101,7 +101,9 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
             return executed + _timed_out(workflow, run)
         mismatch = definition_mismatch(workflow, run)
         if mismatch is not None:
-            logger.error("run %s (%s): %s", run.id, run.workflow, mismatch)
+            logger.error(
+                "run %s (%s): %s", run.id, run.workflow, mismatch, extra=telemetry.log_fields(run)
+            )
             error = {"type": DefinitionChanged.__name__, "message": mismatch}
             return executed + _fail_outside_steps(run, error)
         step = workflow.steps[run.step_index]
@@ -112,7 +114,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
         if outcome is not None:
             return executed + outcome
         waits = []
-    logger.debug("run %s (%s) completed", run.id, run.workflow)
+    logger.debug("run %s (%s) completed", run.id, run.workflow, extra=telemetry.log_fields(run))
     _finished(run)
     return executed
 
@@ -211,6 +213,7 @@ def _unrecordable(workflow, run: Run, step: StepDef, started_at, exc: Exception)
         run.workflow,
         step.name,
         exc,
+        extra=telemetry.log_fields(run, step=step.name),
     )
     error = describe_error(exc)
     error["message"] = f"the outcome of step {step.name} could not be recorded: {error['message']}"
@@ -220,7 +223,13 @@ def _unrecordable(workflow, run: Run, step: StepDef, started_at, exc: Exception)
 def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
     """The database went away during the step: not the step's failure."""
     why = f"the database connection was lost during step {step.name}: {exc}"
-    logger.warning("run %s (%s): %s; handing it back", run.id, run.workflow, why)
+    logger.warning(
+        "run %s (%s): %s; handing it back",
+        run.id,
+        run.workflow,
+        why,
+        extra=telemetry.log_fields(run, step=step.name),
+    )
     store.reset_connection_after_error()
     try:
         failed = store.hand_back_lost(run, why, conf.get("MAX_RECOVERIES"))
@@ -252,7 +261,13 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
     except store.LeaseLost:
         return 0
     if retry_at is None:
-        logger.info("run %s (%s) failed at step %s", run.id, run.workflow, step.name)
+        logger.info(
+            "run %s (%s) failed at step %s",
+            run.id,
+            run.workflow,
+            step.name,
+            extra=telemetry.log_fields(run, step=step.name),
+        )
         _finished(run)
     else:
         logger.info(
@@ -262,6 +277,7 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
             step.name,
             run.attempt,
             retry_at,
+            extra=telemetry.log_fields(run, step=step.name),
         )
     return 0
 

@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from django_durable import store
+from django_durable import store, telemetry
 from django_durable.models import Status
 
 if TYPE_CHECKING:
@@ -82,5 +82,6 @@ def renew(worker: Worker) -> set:
             h.run.id,
             h.run.workflow,
             why,
+            extra=telemetry.log_fields(h.run),
         )
     return set(lost)

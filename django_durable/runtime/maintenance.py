@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_durable import conf, store
+from django_durable import conf, store, telemetry
 from django_durable.operations import finish, prune, schedules
 from django_durable.runtime.errors import is_connection_fault
 
@@ -36,8 +36,15 @@ FORGET_AFTER_LEASES = 20
 def recover() -> store.Recovery:
     """Recover runs of dead workers; finish those lost too often (MAX_RECOVERIES)."""
     recovery = store.recover_expired_leases(conf.get("MAX_RECOVERIES"))
+    telemetry.recovered(recovery.ids)
     for run in recovery.failed:
-        logger.error("run %s (%s) failed: %s", run.id, run.workflow, run.error["message"])
+        logger.error(
+            "run %s (%s) failed: %s",
+            run.id,
+            run.workflow,
+            run.error["message"],
+            extra=telemetry.log_fields(run),
+        )
         finish.run_finished(run)
     return recovery
 
@@ -66,6 +73,7 @@ class Maintenance:
                 "recovered %d run(s) whose worker stopped heartbeating: %s",
                 len(recovered),
                 ", ".join(str(run_id) for run_id in recovered[:10]),
+                extra={"run_ids": [str(run_id) for run_id in recovered]},
             )
             self.worker.wake()
             self._chore("announcing recovered runs", lambda: store.notify_runs_due(recovered))

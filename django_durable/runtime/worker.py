@@ -36,7 +36,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError, connections
 
-from django_durable import checks, conf, store
+from django_durable import checks, conf, store, telemetry
 from django_durable.models import Run, Status
 from django_durable.runtime import executor, leases, maintenance
 from django_durable.runtime.notifier import Notifier
@@ -388,6 +388,7 @@ class Worker:
             run.workflow,
             run.step_index,
             run.attempt,
+            extra=(fields := telemetry.log_fields(run)),
         )
         started = time.monotonic()
         steps = 0
@@ -397,7 +398,7 @@ class Worker:
                     run, should_stop=lambda: self._stopping.is_set() or run.lease_lost
                 )
         except BaseException:  # even SystemExit from a step must not end this thread
-            logger.exception("run %s (%s): executing it failed", run.id, run.workflow)
+            logger.exception("run %s (%s): executing it failed", run.id, run.workflow, extra=fields)
             store.reset_connection_after_error()
         outcome = run.status
         if run.status in (Status.RUNNING, Status.COMPENSATING):
@@ -409,6 +410,7 @@ class Worker:
             outcome,
             steps,
             time.monotonic() - started,
+            extra=telemetry.log_fields(run),
         )
 
     def _give_up(self, held: Held) -> str:
@@ -424,6 +426,7 @@ class Worker:
         if status is None:
             return "stopped: the run was deleted"
         if status[1] != held.fence:
+            telemetry.lease_lost(held.run)
             return f"stopped: another worker took it over ({status[0]})"
         return f"stopped: it is {status[0]} now"
 
@@ -473,6 +476,7 @@ class Worker:
                 "run %s (%s) was still running after the grace period: handed back",
                 held.run.id,
                 held.run.workflow,
+                extra=telemetry.log_fields(held.run),
             )
         try:
             store.unregister_worker(self.worker_id)
@@ -485,5 +489,8 @@ class Worker:
                 store.notify_runs_due([held.run.id])
         except DatabaseError as exc:
             logger.warning(
-                "could not hand back run %s (%s); its lease will expire", held.run.id, exc
+                "could not hand back run %s (%s); its lease will expire",
+                held.run.id,
+                exc,
+                extra=telemetry.log_fields(held.run),
             )

@@ -56,6 +56,10 @@ from django_durable.store.compensations import (
     record_compensation_failed,
     recover_expired_compensations,
 )
+from django_durable.store.depth import (
+    DEPTH_CAP,
+    queue_depths,
+)
 from django_durable.store.diagnostics import (
     connection_limits,
     database_clock,
@@ -77,6 +81,9 @@ from django_durable.store.holders import (
     update_waiting_input,
     wait_behind,
     waiting_behind_finished,
+)
+from django_durable.store.observers import (
+    watch_claims,
 )
 from django_durable.store.pruning import (
     prunable,
@@ -134,6 +141,7 @@ from django_durable.store.workers import (
 )
 
 __all__ = [
+    "DEPTH_CAP",
     "BatchAnswer",
     "DuplicateNote",
     "InsertOrHolder",
@@ -181,6 +189,7 @@ __all__ = [
     "prune_activity",
     "prune_runs",
     "queue_counts",
+    "queue_depths",
     "record_activity",
     "record_attempt_cancelled",
     "record_compensation_completed",
@@ -215,5 +224,6 @@ __all__ = [
     "waiting_parent_state",
     "waiting_parents",
     "wake_parent",
+    "watch_claims",
     "worker_heartbeat",
 ]

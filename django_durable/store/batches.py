@@ -36,12 +36,13 @@ new AS (
         id, workflow, queue, status, priority, input, context, result, error, "key",
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-        recoveries, step_names, created_at, started_at, finished_at
+        recoveries, step_names, trace_context, created_at, started_at, finished_at
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
-           NULL, NULL, 0, 0, %(step_names)s::jsonb, %(created_at)s::timestamptz, NULL, NULL
+           NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
+           %(created_at)s::timestamptz, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
@@ -84,9 +85,11 @@ def start_batch(
     timeout_at: datetime | None,
     step_names: list[str],
     items: list[tuple[uuid.UUID, dict, str | None]],
+    trace_context: dict | None = None,
 ) -> list[BatchAnswer]:
     """Insert ``items`` (id, input, key) as pending runs of ``workflow`` in one
-    statement (START_BATCH); one answer per item, in order. PostgreSQL only."""
+    statement (START_BATCH), all with the ``trace_context`` of the call that started
+    them; one answer per item, in order. PostgreSQL only."""
     at = now()
     params: dict[str, Any] = {
         "ids": [item[0] for item in items],
@@ -98,6 +101,7 @@ def start_batch(
         "due_at": due_at,
         "timeout_at": timeout_at,
         "step_names": as_json(step_names),
+        "trace_context": None if trace_context is None else as_json(trace_context),
         "created_at": at,
         "wake": due_at <= at,
         "channel": conf.get("NOTIFY_CHANNEL"),

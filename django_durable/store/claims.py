@@ -21,11 +21,13 @@ a limit take no lock and claim as before, in one statement.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
+from django_durable.store import observers
 from django_durable.store.base import atomic, fetchall, fetchone, from_row, is_postgres, now
 
 __all__ = ["claim", "next_due_at"]
@@ -135,7 +137,7 @@ RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.s
     durable_run.due_at, durable_run.timeout_at, durable_run.debounce_deadline,
     durable_run.waiting_for, durable_run.state, durable_run.worker_id,
     durable_run.lease_expires_at, durable_run.fence, durable_run.recoveries,
-    durable_run.step_names, durable_run.created_at,
+    durable_run.step_names, durable_run.trace_context, durable_run.created_at,
     durable_run.started_at, durable_run.finished_at
 """
 )
@@ -241,6 +243,7 @@ CLAIMED_COLUMNS = (
     "fence",
     "recoveries",
     "step_names",
+    "trace_context",
     "created_at",
     "started_at",
     "finished_at",
@@ -296,6 +299,8 @@ def claim(
     starting with one of ``prefixes``: CLAIM in one statement, after
     LOCK_LIMITED_QUEUES in one transaction when a limited queue is served
     (CLAIM_SQLITE on SQLite)."""
+    watcher = observers.claim_watcher  # telemetry's, when installed
+    started = time.perf_counter() if watcher is not None else 0.0
     at = now()
     if limits is None:
         limits = conf.queue_limits()
@@ -320,6 +325,8 @@ def claim(
     else:
         rows = fetchall(CLAIM, params)
         runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
+    if watcher is not None:
+        watcher(runs, time.perf_counter() - started, lease, queues)
     runs.sort(key=lambda r: (-r.priority, r.due_at or at, r.created_at))
     return runs
 

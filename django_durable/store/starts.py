@@ -65,6 +65,7 @@ RUN_COLUMNS = (
     "fence",
     "recoveries",
     "step_names",
+    "trace_context",
     "created_at",
     "started_at",
     "finished_at",
@@ -76,13 +77,14 @@ INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, created_at, started_at, finished_at
+    recoveries, step_names, trace_context, created_at, started_at, finished_at
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
-    %(recoveries)s, %(step_names)s, %(created_at)s, %(started_at)s, %(finished_at)s
+    %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
+    %(finished_at)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -97,13 +99,14 @@ INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, created_at, started_at, finished_at
+    recoveries, step_names, trace_context, created_at, started_at, finished_at
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
-    %(recoveries)s, %(step_names)s, %(created_at)s, %(started_at)s, %(finished_at)s
+    %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
+    %(finished_at)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id,
@@ -162,8 +165,8 @@ new AS (
         id, workflow, queue, status, priority, input, context, result, error, "key",
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at,
         timeout_at, debounce_deadline, waiting_for, state, worker_id,
-        lease_expires_at, fence, recoveries, step_names, created_at, started_at,
-        finished_at
+        lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
+        started_at, finished_at
     )
     SELECT %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
            %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
@@ -172,7 +175,7 @@ new AS (
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
            %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
            %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
-           %(recoveries)s::integer, %(step_names)s::jsonb,
+           %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
            %(created_at)s::timestamptz, %(started_at)s::timestamptz,
            %(finished_at)s::timestamptz
     WHERE EXISTS (SELECT 1 FROM released)

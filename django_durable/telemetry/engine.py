@@ -1,0 +1,88 @@
+"""The engine's metrics: how long claims take, how long due runs wait for one, how
+many runs are due per queue, how often workers are lost or lose a run
+(docs/metrics.md).
+
+Claims are timed through the store's claim watcher (``store.watch_claims``), set
+while telemetry is installed; recoveries and lease losses are reported by the
+runtime. The queue depth is read when a metric reader collects, in one bounded
+statement (``store.queue_depths``), never per claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.apps import apps
+from django.db import DatabaseError
+
+from django_durable import store
+from django_durable.telemetry.instruments import RunFacts, labels, on
+
+try:  # opentelemetry is optional
+    from opentelemetry.metrics import Observation
+except ImportError:  # pragma: no cover - exercised when the package is absent
+    Observation = None
+
+logger = logging.getLogger("django_durable.telemetry")
+
+
+def claimed(runs: list[Any], seconds: float, lease: timedelta, queues: Sequence[str] | None):
+    """A claim took ``seconds`` and returned ``runs``: record its latency, each run's
+    pickup latency (due time to claim; the claim time is its lease's start, set by the
+    database's clock on PostgreSQL) and remember the runs for their step spans."""
+    inst = on()
+    if inst is None:
+        return
+    try:
+        served = ",".join(sorted(queues)) if queues else "*"
+        inst.claim_latency.record(seconds, {"durable.queue": served})
+        for run in runs:
+            inst.remember(run.id, RunFacts(run.workflow, run.queue, run.trace_context))
+            if run.due_at is None or run.lease_expires_at is None:
+                continue  # a compensating run: not due while claimed
+            waited = (run.lease_expires_at - lease - run.due_at).total_seconds()
+            inst.pickup_latency.record(max(waited, 0.0), labels(run.workflow, run.queue))
+    except Exception:  # telemetry never fails a claim
+        logger.exception("recording a claim's metrics failed")
+
+
+def recovered(run_ids: Iterable[Any]) -> None:
+    """Runs whose worker was lost (lease expired) were recovered: count them by
+    workflow and queue (one query, only when there were some)."""
+    inst = on()
+    ids = list(run_ids)
+    if inst is None or not ids:
+        return
+    Run = apps.get_model("django_durable", "Run")
+    found = Counter(Run.objects.filter(id__in=ids).values_list("workflow", "queue"))
+    for (workflow, queue), count in found.items():
+        inst.recoveries.add(count, labels(workflow, queue))
+
+
+def lease_lost(run: Any) -> None:
+    """A worker found that the run it held was claimed by another (its fence moved)."""
+    inst = on()
+    if inst is not None:
+        inst.lease_losses.add(1, labels(run.workflow, run.queue))
+
+
+def observe_depth(options: Any) -> list[Any]:
+    """The ``durable.queue.depth`` callback: due runs per queue, at collection time."""
+    inst = on()
+    if inst is None or not inst.observes_depth:  # installed again with queue_depth=False
+        return []
+    connection = store.db()
+    try:
+        depths = store.queue_depths()
+    except DatabaseError:
+        logger.warning("durable.queue.depth: the database could not be read", exc_info=True)
+        store.reset_connection_after_error()
+        return []
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()  # a reader's thread keeps no connection between collections
+    return [Observation(count, {"durable.queue": queue}) for queue, count in depths.items()]
