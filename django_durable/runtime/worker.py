@@ -279,6 +279,7 @@ class Worker:
                 if self._stopping.is_set():
                     break
                 try:
+                    self.outage.refresh()
                     runs = self.claim_batch(free)
                 except DatabaseError as exc:
                     self.outage.failed("claiming", exc)
@@ -365,6 +366,7 @@ class Worker:
                     self._executing.add(held)
                 started = time.monotonic()
                 try:
+                    self.outage.refresh()
                     self.execute(held)
                 finally:
                     took = time.monotonic() - started
@@ -433,6 +435,7 @@ class Worker:
         try:
             while not self._finished.wait(self.heartbeat_interval):
                 try:
+                    self.outage.refresh()
                     self.heartbeat()
                 except DatabaseError as exc:
                     self.outage.failed("the heartbeat", exc)
