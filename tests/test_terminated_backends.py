@@ -84,11 +84,9 @@ def workers(tmp_path):
 
 def test_200_runs_complete_while_124_worker_backends_are_terminated(workers):
     settings = {"lease_seconds": 3, "heartbeat_seconds": 0.5, "poll_seconds": 0.2}
+    settings["max_recoveries"] = MAX_RECOVERIES
     env = {"DURABLE_TEST_APPLICATION_NAME": APPLICATION}
-    procs = [
-        workers.start("--concurrency", "4", extra_env=env, max_recoveries=MAX_RECOVERIES, **settings)
-        for _ in range(2)
-    ]
+    procs = [workers.start("--concurrency", "4", extra_env=env, **settings) for _ in range(2)]
     for proc in procs:
         proc.wait_for_output("serves", timeout=60)
     run_ids = [
