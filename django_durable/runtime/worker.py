@@ -232,6 +232,9 @@ class Worker:
             queues=self.queues or [],
             concurrency=self.concurrency,
             stale_before=stale_before,
+            workflows=None
+            if self.workflows is None
+            else [*self.workflows, *(p + "*" for p in self.prefixes)],
         ):
             raise WorkerIdInUse(
                 f"a live worker already uses the id {self.worker_id!r} "
