@@ -9,6 +9,8 @@ attempt of that step, and none may run more than twice.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests import own_cluster
@@ -36,6 +38,7 @@ def cluster():
 
 
 def test_two_restarts_under_load_lose_nothing_and_fail_nothing(cluster, tmp_path):
+    began = time.monotonic()
     env = cluster.env(
         DURABLE_LEASE_SECONDS="5", DURABLE_HEARTBEAT_SECONDS="1", DURABLE_POLL_SECONDS="0.2"
     )
@@ -48,21 +51,23 @@ def test_two_restarts_under_load_lose_nothing_and_fail_nothing(cluster, tmp_path
     try:
         for worker in workers:
             worker.wait_for_output("serves", timeout=60)
+        print(f"\nworkers up after {time.monotonic() - began:.1f}s")
         started = cluster.probe("start", "--runs", str(RUNS), "--pause", "0.1")
         assert started == {"started": RUNS, "errors": []}
 
-        # Restart while steps are in flight: after some progress, then after more.
-        for restart in range(2):
-            before = cluster.scalar(EXECUTIONS) or 0
+        # Restart while steps are in flight: a quarter of the way, and past half way.
+        for restart, executed in enumerate((150, 330), start=1):
             wait_until(
-                lambda b=before: (cluster.scalar(EXECUTIONS) or 0) >= b + 120,
+                lambda e=executed: (cluster.scalar(EXECUTIONS) or 0) >= e,
                 120,
-                f"progress before restart {restart + 1}",
+                f"{executed} step executions before restart {restart}",
             )
             assert (cluster.scalar(COMPLETED) or 0) < RUNS, "the runs finished too soon"
             cluster.restart()
+            print(f"restart {restart} after {time.monotonic() - began:.1f}s")
 
         wait_until(lambda: cluster.scalar(COMPLETED) == RUNS, 120, "every run completed", 0.2)
+        print(f"all completed after {time.monotonic() - began:.1f}s")
         report = cluster.probe("report")
     finally:
         for worker in workers:

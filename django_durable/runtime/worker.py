@@ -419,6 +419,8 @@ class Worker:
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
         try:
+            if executor.hand_back_lost(held.run):  # lost with its connection: counted
+                return f"handed back ({held.run.status})"
             if store.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
                 return "handed back"
@@ -487,6 +489,8 @@ class Worker:
 
     def _hand_back_quietly(self, held: Held) -> None:
         try:
+            if executor.hand_back_lost(held.run):  # lost with its connection: counted
+                return f"handed back ({held.run.status})"
             if store.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
         except DatabaseError as exc:
