@@ -231,6 +231,14 @@ def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
     return 0
 
 
+def hand_back(run: Run) -> bool:
+    """Give back a run the worker still holds (it stops, or gives up on the run):
+    counted as a recovery when its connection was lost during a step."""
+    if getattr(run, "connection_lost", None) is not None:
+        return hand_back_lost(run)
+    return store.hand_back(run)
+
+
 def hand_back_lost(run: Run) -> bool:
     """Hand back a run whose connection was lost during a step (``connection_lost``),
     counted against ``MAX_RECOVERIES``; False when there is none to hand back."""

@@ -89,6 +89,7 @@ def renew(worker: Worker) -> set:
     database and no later step starts. Returns the ids of such runs.
     """
     holding = worker.held()
+    worker.outage.refresh()
     store.worker_heartbeat(worker.worker_id, stopping=worker.stopping)
     lost = store.renew_leases(
         worker.worker_id, [(h.run.id, h.fence) for h in holding], worker.lease

@@ -106,6 +106,7 @@ class Worker:
         # worker running older code leaves a new workflow's runs to one that knows it.
         served = registry.served()
         self.workflows, self.prefixes = served if served else (None, [])
+        self.served = served and [*served[0], *(p + "*" for p in served[1])]  # None: any
 
         self._lock = threading.Lock()
         self._run_ready = threading.Condition(self._lock)  # threads wait for a claimed run
@@ -232,9 +233,7 @@ class Worker:
             queues=self.queues or [],
             concurrency=self.concurrency,
             stale_before=stale_before,
-            workflows=None
-            if self.workflows is None
-            else [*self.workflows, *(p + "*" for p in self.prefixes)],
+            workflows=self.served,
         ):
             raise WorkerIdInUse(
                 f"a live worker already uses the id {self.worker_id!r} "
@@ -419,9 +418,7 @@ class Worker:
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
         try:
-            if executor.hand_back_lost(held.run):  # lost with its connection: counted
-                return f"handed back ({held.run.status})"
-            if store.hand_back(held.run):
+            if executor.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
                 return "handed back"
             status = store.current_status(held.run.id)
@@ -440,7 +437,6 @@ class Worker:
         try:
             while not self._finished.wait(self.heartbeat_interval):
                 try:
-                    self.outage.refresh()
                     self.heartbeat()
                 except DatabaseError as exc:
                     self.outage.failed("the heartbeat", exc)
@@ -489,9 +485,7 @@ class Worker:
 
     def _hand_back_quietly(self, held: Held) -> None:
         try:
-            if executor.hand_back_lost(held.run):  # lost with its connection: counted
-                return f"handed back ({held.run.status})"
-            if store.hand_back(held.run):
+            if executor.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
         except DatabaseError as exc:
             logger.warning(
