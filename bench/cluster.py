@@ -22,27 +22,28 @@ def available() -> bool:
     return all(shutil.which(t) for t in ("pg_createcluster", "pg_dropcluster", "pg_lsclusters"))
 
 
-def _version() -> str:
+def version() -> str:
     out = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True)
     return out.stdout.split()[0]
 
 
-def drop(version: str) -> None:
+def drop(version: str, name: str = NAME) -> None:
     subprocess.run(
-        ["pg_dropcluster", version, NAME, "--stop"], capture_output=True, text=True, check=False
+        ["pg_dropcluster", version, name, "--stop"], capture_output=True, text=True, check=False
     )
 
 
 @contextmanager
-def own_cluster(port: int, options: dict[str, str]) -> Iterator[int]:
-    """A fresh cluster on ``port`` with ``options`` (postgresql.conf settings)."""
-    version = _version()
-    drop(version)  # what a previous, interrupted run left
-    command = ["pg_createcluster", version, NAME, "-p", str(port), "--start"]
-    for name, value in options.items():
-        command += ["-o", f"{name}={value}"]
+def own_cluster(port: int, options: dict[str, str], name: str = NAME) -> Iterator[int]:
+    """A fresh cluster ``name`` on ``port`` with ``options`` (postgresql.conf settings);
+    ``tests/own_cluster.py`` makes one per test under a name of its own."""
+    release = version()
+    drop(release, name)  # what a previous, interrupted run left
+    command = ["pg_createcluster", release, name, "-p", str(port), "--start"]
+    for setting, value in options.items():
+        command += ["-o", f"{setting}={value}"]
     subprocess.run([*command, "--", "--auth=trust"], capture_output=True, text=True, check=True)
     try:
         yield port
     finally:
-        drop(version)
+        drop(release, name)

@@ -48,7 +48,7 @@ class Finding:
 def checks() -> list[Finding]:
     """Every check, in the order a person on call would want them."""
     findings = [migrations()]
-    for check in (workers, notify, clock, pool, stuck_runs):
+    for check in (workers, workflows, notify, clock, pool, stuck_runs):
         try:
             findings.extend(check())
         except DatabaseError as exc:
@@ -131,6 +131,57 @@ def workers() -> list[Finding]:
                     {"queue": queue, "workers": []},
                 )
             )
+    return findings
+
+
+def _knows(worker: WorkerNode, workflow: str) -> bool:
+    """Whether ``worker`` has the code of ``workflow`` (``None``: it claims any)."""
+    if worker.workflows is None:
+        return True
+    return any(
+        workflow.startswith(known[:-1]) if known.endswith("*") else workflow == known
+        for known in worker.workflows
+    )
+
+
+def workflows() -> list[Finding]:
+    """The workflows each live worker serves, and due runs that no live worker of their
+    queue knows (a rolling deploy left only workers running older code, say): they wait."""
+    alive = live_workers()
+    findings = []
+    for worker in alive:
+        served = worker.workflows
+        listed = "any workflow" if served is None else f"{len(served)}: {', '.join(served)}"
+        findings.append(
+            Finding(
+                "workflows",
+                False,
+                f"worker {worker.id} serves {listed}",
+                data={"worker": worker.id, "workflows": served},
+            )
+        )
+    due = (
+        Run.objects.filter(status=Status.PENDING, due_at__lte=store.now())
+        .values("workflow", "queue")
+        .annotate(n=Count("id"))
+        .order_by("workflow", "queue")
+    )
+    for row in due:
+        serving = [w for w in alive if _serves(w, row["queue"])]
+        if not serving or any(_knows(w, row["workflow"]) for w in serving):
+            continue  # no worker of the queue at all: the workers check says so
+        findings.append(
+            Finding(
+                "workflows",
+                True,
+                f"workflow {row['workflow']!r}: {row['n']} due run(s) in queue "
+                f"{row['queue']!r} and none of its {len(serving)} live worker(s) knows it",
+                f"deploy the code that defines {row['workflow']!r} to the workers of queue "
+                f"{row['queue']!r} and restart them (python manage.py durable_worker "
+                f"--queues {row['queue']}); its runs wait until then",
+                {"workflow": row["workflow"], "queue": row["queue"], "due": row["n"]},
+            )
+        )
     return findings
 
 

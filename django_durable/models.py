@@ -435,6 +435,9 @@ class WorkerNode(models.Model):
     started_at = models.DateTimeField(default=now)
     heartbeat_at = models.DateTimeField()
     stopping = models.BooleanField(default=False)
+    # The workflows it has the code of (names, and "prefix*" for names a finder
+    # finds); null: any workflow. It claims only their runs; doctor lists them.
+    workflows = models.JSONField(null=True, blank=True, default=None)
 
     objects = DurableManager()
 

@@ -126,6 +126,13 @@ if os.environ.get("DURABLE_TEST_DIRECT_PORT"):
     DATABASES["direct"] = {**DATABASES["default"], "PORT": os.environ["DURABLE_TEST_DIRECT_PORT"]}
 if os.environ.get("DURABLE_TEST_LISTEN_DATABASE"):
     DURABLE["LISTEN_DATABASE"] = os.environ["DURABLE_TEST_LISTEN_DATABASE"]
+# Worker processes of tests/test_terminated_backends.py name their sessions, so that the
+# test finds their backends in pg_stat_activity (and never terminates its own).
+if os.environ.get("DURABLE_TEST_APPLICATION_NAME"):
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        "application_name": os.environ["DURABLE_TEST_APPLICATION_NAME"],
+    }
 if os.environ.get("DURABLE_TEST_POOL_MAX_SIZE"):
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"].get("OPTIONS", {}),

@@ -42,9 +42,20 @@ def test_doctor_on_a_healthy_setup_with_a_live_worker(tmp_path):
         findings = json.loads(out)
         assert code == 0, problems(findings)
         checks = {f["check"] for f in findings}
-        assert checks == {"migrations", "workers", "notify", "clock", "pool", "stuck_runs"}
+        assert checks == {
+            "migrations",
+            "workers",
+            "workflows",
+            "notify",
+            "clock",
+            "pool",
+            "stuck_runs",
+        }
+        (served,) = [f for f in findings if f["check"] == "workflows"]
+        assert "sync_account" in served["data"]["workflows"]
         code, text = doctor()
         assert code == 0 and "PROBLEM" not in text and "queue 'default': 1 live worker" in text
+        assert "serves" in text and "sync_account" in text
     finally:
         workers.kill_all()
 
@@ -109,3 +120,79 @@ def test_doctor_sees_its_notify_arrive_on_postgres():
     code, out = doctor("--json")
     (notify,) = [f for f in json.loads(out) if f["check"] == "notify"]
     assert not notify["problem"] and "arrived" in notify["detail"]
+
+
+def workflow_findings(findings):
+    return [f for f in findings if f["check"] == "workflows"]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_doctor_lists_what_each_worker_serves_and_flags_runs_no_live_worker_knows(tmp_path):
+    workers = WorkerPool(tmp_path)
+    try:
+        # A rolling deploy: the only live worker runs the previous release's code.
+        old = workers.start("--concurrency", "1", "--worker-id", "old", old_code="1")
+        old.wait_for_output("serves", timeout=60)
+        run_ids = [durable.start("added_in_this_release") for _ in range(3)]
+        code, out = doctor("--json")
+        found = workflow_findings(json.loads(out))
+        assert code == 1
+        (listed,) = [f for f in found if not f["problem"]]
+        assert listed["data"]["worker"] == "old"
+        assert "sync_account" in listed["data"]["workflows"]
+        assert "added_in_this_release" not in listed["data"]["workflows"]
+        (problem,) = [f for f in found if f["problem"]]
+        assert problem["data"] == {
+            "workflow": "added_in_this_release",
+            "queue": "default",
+            "due": 3,
+        }
+        assert "none of its 1 live worker(s) knows it" in problem["detail"]
+        code, text = doctor()
+        assert "fix: deploy the code that defines 'added_in_this_release'" in text
+
+        # The new release's worker knows it: the runs complete and doctor is content.
+        workers.start("--concurrency", "1", "--worker-id", "new")
+        wait_until(
+            lambda: Run.objects.filter(id__in=run_ids, status="completed").count() == 3,
+            60,
+            "the new worker to run the new workflow",
+        )
+        code, out = doctor("--json")
+        found = workflow_findings(json.loads(out))
+        assert not [f for f in found if f["problem"]]
+        assert {f["data"]["worker"] for f in found} == {"old", "new"}
+    finally:
+        workers.kill_all()
+
+
+@pytest.mark.django_db
+def test_doctor_flags_a_due_workflow_only_a_dead_worker_knew():
+    at = store.now()
+    WorkerNode.objects.create(
+        id="live", hostname="h", pid=1, queues=[], heartbeat_at=at, workflows=["sync_account"]
+    )
+    WorkerNode.objects.create(
+        id="dead",
+        hostname="h",
+        pid=2,
+        queues=[],
+        heartbeat_at=at - conf.get("LEASE") * 3,
+        workflows=["sync_account", "process_article"],
+    )
+    durable.start("process_article", {"id": 1})
+    durable.start("sync_account", {})
+    code, out = doctor("--json")
+    found = workflow_findings(json.loads(out))
+    assert code == 1
+    assert [f["data"] for f in found if f["problem"]] == [
+        {"workflow": "process_article", "queue": "default", "due": 1}
+    ]
+    assert [f["detail"] for f in found if not f["problem"]] == [
+        "worker live serves 1: sync_account"
+    ]
+    # A worker that serves any workflow (a finder may find any name) knows it.
+    WorkerNode.objects.filter(id="live").update(workflows=None)
+    code, out = doctor("--json")
+    assert not [f for f in workflow_findings(json.loads(out)) if f["problem"]]

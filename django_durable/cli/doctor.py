@@ -7,7 +7,9 @@ from django_durable.cli.base import emit_json, refused
 
 
 def add_parsers(commands) -> None:
-    p = commands.add_parser("doctor", help="check migrations, workers, NOTIFY, clock, pool, runs")
+    p = commands.add_parser(
+        "doctor", help="check migrations, workers and their workflows, NOTIFY, clock, pool, runs"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=doctor)
 

@@ -159,6 +159,10 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
         raise NotCancellable(f"run {run.id} is compensating and cannot be cancelled")
     error = {"type": "Cancelled", "message": reason or "cancelled", "reason": reason}
     with store.atomic():
+        if run.key is not None and not run.holds_key:
+            # The store's lock order: the key's holder before the run waiting behind it
+            # (the finish below locks both; a finish of the holder locks them so too).
+            store.get_holder(run.workflow, run.key, lock=True)
         if not store.cancel_run(run.id, error):
             current = Run.objects.get(id=run.id)
             if current.status == Status.COMPENSATING:

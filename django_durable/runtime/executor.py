@@ -231,15 +231,44 @@ def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
         extra=telemetry.log_fields(run, step=step.name),
     )
     store.reset_connection_after_error()
+    # Kept on the run until the hand-back is written: while the database is still out
+    # of reach (a restart), the worker writes it when it can (``hand_back_lost``), so
+    # the run is counted as a recovery with a lost attempt, as on every other path.
+    run.connection_lost = why
+    try:
+        hand_back_lost(run)
+    except DatabaseError as again:
+        if not is_connection_fault(again):
+            raise
+        store.reset_connection_after_error()
+    return 0
+
+
+def hand_back(run: Run) -> bool:
+    """Give back a run the worker still holds (it stops, or gives up on the run):
+    counted as a recovery when its connection was lost during a step."""
+    if getattr(run, "connection_lost", None) is not None:
+        return hand_back_lost(run)
+    return store.hand_back(run)
+
+
+def hand_back_lost(run: Run) -> bool:
+    """Hand back a run whose connection was lost during a step (``connection_lost``),
+    counted against ``MAX_RECOVERIES``; False when there is none to hand back."""
+    why = getattr(run, "connection_lost", None)
+    if why is None:
+        return False
     try:
         failed = store.hand_back_lost(run, why, conf.get("MAX_RECOVERIES"))
     except store.LeaseLost:
-        return 0
+        run.connection_lost = None
+        return False
+    run.connection_lost = None
     if failed:
         _finished(run)
     else:
         store.notify_runs_due([run.id])
-    return 0
+    return True
 
 
 def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *, error=None):

@@ -11,6 +11,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from django.db import connections
+
 from django_durable import store, telemetry
 from django_durable.models import Status
 
@@ -23,17 +25,39 @@ logger = logging.getLogger("django_durable.runtime.worker")
 class Outage:
     """Logs the first failure of a database outage and the return, not every retry.
 
-    Shared by a worker's threads: the dispatcher, the heartbeat, the maintenance."""
+    Shared by a worker's threads: the dispatcher, the heartbeat, the maintenance, the
+    execution threads. A restarted server ended every session, so a thread whose
+    connection is older than the end of the last outage drops it before its next
+    statement (``refresh``): learning it from a failed statement would report a second
+    outage, or hand a run back for nothing."""
 
     def __init__(self, worker_id: str):
         self.worker_id = worker_id
         self._lock = threading.Lock()
         self._failing: set[str] = set()
+        self._ended = 0  # outages over so far
+        self._local = threading.local()  # .ended: the outages this thread caught up with
+
+    def refresh(self) -> None:
+        """Drop this thread's connections if an outage ended since it last looked."""
+        if self._caught_up():
+            return
+        for connection in connections.all(initialized_only=True):
+            if not connection.in_atomic_block:
+                connection.close()  # the next statement reconnects
+
+    def _caught_up(self) -> bool:
+        seen = getattr(self._local, "ended", 0)
+        self._local.ended = self._ended
+        return seen == self._ended
 
     def failed(self, what: str, exc: BaseException) -> None:
+        # A session from before the last outage's end failing is that outage, not a new one.
+        stale = not self._caught_up()
         with self._lock:
-            first = not self._failing
-            self._failing.add(what)
+            first = not self._failing and not stale
+            if not stale:
+                self._failing.add(what)
         if first:
             logger.warning(
                 "worker %s: the database is out of reach (%s failed: %s); "
@@ -50,6 +74,9 @@ class Outage:
         with self._lock:
             self._failing.discard(what)
             back = not self._failing
+            if back:
+                self._ended += 1
+                self._local.ended = self._ended  # this thread's session is a new one
         if back:
             logger.warning("worker %s: the database is back", self.worker_id)
 
@@ -62,6 +89,7 @@ def renew(worker: Worker) -> set:
     database and no later step starts. Returns the ids of such runs.
     """
     holding = worker.held()
+    worker.outage.refresh()
     store.worker_heartbeat(worker.worker_id, stopping=worker.stopping)
     lost = store.renew_leases(
         worker.worker_id, [(h.run.id, h.fence) for h in holding], worker.lease

@@ -66,6 +66,7 @@ class Maintenance:
 
     def tick(self) -> None:
         """One round of chores; a failing chore is logged and does not stop the others."""
+        self.worker.outage.refresh()
         recovery = self._chore("recovering expired leases", recover)
         if recovery and recovery.resumed:
             recovered = recovery.resumed

@@ -106,6 +106,7 @@ class Worker:
         # worker running older code leaves a new workflow's runs to one that knows it.
         served = registry.served()
         self.workflows, self.prefixes = served if served else (None, [])
+        self.served = served and [*served[0], *(p + "*" for p in served[1])]  # None: any
 
         self._lock = threading.Lock()
         self._run_ready = threading.Condition(self._lock)  # threads wait for a claimed run
@@ -232,6 +233,7 @@ class Worker:
             queues=self.queues or [],
             concurrency=self.concurrency,
             stale_before=stale_before,
+            workflows=self.served,
         ):
             raise WorkerIdInUse(
                 f"a live worker already uses the id {self.worker_id!r} "
@@ -279,6 +281,7 @@ class Worker:
                 if self._stopping.is_set():
                     break
                 try:
+                    self.outage.refresh()
                     runs = self.claim_batch(free)
                 except DatabaseError as exc:
                     self.outage.failed("claiming", exc)
@@ -365,6 +368,7 @@ class Worker:
                     self._executing.add(held)
                 started = time.monotonic()
                 try:
+                    self.outage.refresh()
                     self.execute(held)
                 finally:
                     took = time.monotonic() - started
@@ -416,7 +420,7 @@ class Worker:
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
         try:
-            if store.hand_back(held.run):
+            if executor.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
                 return "handed back"
             status = store.current_status(held.run.id)
@@ -485,7 +489,7 @@ class Worker:
 
     def _hand_back_quietly(self, held: Held) -> None:
         try:
-            if store.hand_back(held.run):
+            if executor.hand_back(held.run):
                 store.notify_runs_due([held.run.id])
         except DatabaseError as exc:
             logger.warning(

@@ -13,7 +13,8 @@ their ``__all__``, and nothing else.
 Lock order: where one transaction locks both a key's holder and the run waiting
 behind it, it locks the holder first (``get_holder(lock=True)``, then
 ``get_waiting_behind(lock=True)``), in every path: a finish handing the key on
-(``finish.promote_waiting``), a ``run_again`` start, a ``cancel_existing`` start.
+(``finish.promote_waiting``), a ``run_again`` start, a ``cancel_existing`` start,
+a ``cancel()`` of the waiting run (it locks the holder before cancelling it).
 A transaction that also locks a parent locks it after both. Two transactions that
 lock runs of two keys still can meet in a deadlock PostgreSQL breaks by aborting
 one (sqlstate 40P01); ``base.retry_deadlocks`` runs such a transaction again, a

@@ -27,6 +27,7 @@ from django_durable.store.base import (
     is_postgres,
     now,
     owned,
+    retry_deadlocks,
 )
 
 __all__ = [
@@ -107,6 +108,10 @@ WITH owned AS (
 )
 
 
+# A worker's record can meet a start, cancel or promotion of the same key in a deadlock
+# (the run's row against the key's unique index): PostgreSQL aborts one side, and the
+# aborted record is written again, not taken for the step's failure.
+@retry_deadlocks
 def _record(run: Run, statement: str, changes: dict[str, Any], attempt: StepAttempt) -> None:
     """Apply ``changes`` to the owned run and insert ``attempt``, all or nothing;
     ``LeaseLost`` (nothing written) when the run is no longer this worker's."""
@@ -195,6 +200,7 @@ def record_step_failed(
         _record(run, RECORD_STEP_FAILED, changes, attempt)
 
 
+@retry_deadlocks
 def record_run_failed(run: Run, error: dict) -> None:
     """Fail a run outside any step (its timeout passed, its definition vanished)."""
     changes = {
@@ -210,6 +216,7 @@ def record_run_failed(run: Run, error: dict) -> None:
         setattr(run, name, value)
 
 
+@retry_deadlocks
 def record_suspended(
     run: Run, step_name: str, started_at: datetime, context: dict, waits: list, wait
 ) -> None:

@@ -38,15 +38,18 @@ def register_worker(
     queues: list[str],
     concurrency: int,
     stale_before: datetime,
+    workflows: list[str] | None = None,
 ) -> bool:
-    """Record a live worker; False when a worker with this id heartbeated after ``stale_before``
-    (a second process started with the same ``--worker-id``)."""
+    """Record a live worker and the workflows it serves (None: any); False when a worker
+    with this id heartbeated after ``stale_before`` (a second process started with the
+    same ``--worker-id``)."""
     at = now()
     fields = {
         "hostname": hostname,
         "pid": pid,
         "queues": queues,
         "concurrency": concurrency,
+        "workflows": workflows,
         "started_at": at,
         "heartbeat_at": at,
         "stopping": False,

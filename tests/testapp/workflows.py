@@ -315,6 +315,7 @@ class WorkerAwaitsEvent(Workflow):
 from .workflows_async import *  # noqa: E402, F401, F403  (async steps, step logs)
 from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, children, schedules)
 from .workflows_failures import *  # noqa: E402, F401, F403  (the failure contract)
+from .workflows_faults import *  # noqa: E402, F401, F403  (restarts, terminated backends)
 from .workflows_queues import *  # noqa: E402, F401, F403  (priorities, queues, limits)
 
 
