@@ -164,6 +164,9 @@ def run(request, run_admin, run_id):
     step_names = [s.name for s in definition.steps] if definition else []
     attempts = list(StepAttempt.objects.filter(run=found).defer("output").order_by("id"))
     children = _listed(Run.objects.filter(parent=found).order_by("created_at"), 50)
+    key_view = keyview.build(found)
+    if key_view is not None:
+        _decorate(key_view.runs)
     at = now()
     context = {
         "run": found,
@@ -176,7 +179,7 @@ def run(request, run_admin, run_id):
         "events": list(Event.objects.filter(run=found).order_by("id")[:100]),
         "values": shown,
         "error": _describe_error(found.error),
-        "key_view": keyview.build(found),
+        "key_view": key_view,
         "children": children,
         "offers": actions.offers(found),
         "timeline": timeline.build(found, attempts, at),
@@ -208,7 +211,7 @@ def _describe_error(error) -> dict | None:
     return {
         "headline": f"{error.get('type', 'Error')}: {message[:2000]}",
         "extra": keyview.pretty(rest)[:20_000] if rest else None,
-        "traceback": error.get("traceback"),
+        "traceback": str(error.get("traceback") or "")[: values.SHOWN] or None,
     }
 
 
