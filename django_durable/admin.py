@@ -131,6 +131,7 @@ class RunAdmin(ReadOnlyAdmin):
     ordering = ("-created_at",)
     show_full_result_count = False
     list_select_related = False
+    list_per_page = 50  # as the dashboard's lists: half the rendering of the default 100
     paginator = BoundedPaginator
 
     def __init__(self, model, admin_site):

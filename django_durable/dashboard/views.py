@@ -72,11 +72,15 @@ def _listed(runs, limit: int | None = None) -> list[Run]:
 
 
 def _decorate(rows: list[Run]) -> list[Run]:
+    """What the run rows show besides the fields: step N of M, the error's
+    headline, how long a finished run took."""
     for run in rows:
         definition = _definition(run.workflow)
         run.step_total = len(definition.steps) if definition else None
         run.step_number = run.step_index + 1
         run.error_headline = _describe_error(run.error)["headline"] if run.error else ""
+        ended, began = run.finished_at, run.started_at or run.created_at
+        run.duration = timeline.human_duration(ended - began) if ended else ""
     return rows
 
 
