@@ -14,7 +14,7 @@ from django.urls import reverse
 import django_durable as durable
 from django_durable.admin import dashboard_admin
 from django_durable.dashboard.urls import patterns
-from django_durable.models import Schedule
+from django_durable.models import Run, Schedule
 from django_durable.testing import drain
 from tests.dashboard_workflows import DashOrder
 from tests.testapp.workflows import SyncAccount
@@ -157,3 +157,35 @@ def test_every_answer_to_a_superuser_forbids_framing(admin_client, world):
     response = admin_client.get(reverse("django_durable:value", args=[world, "input"]))
     assert response["Content-Disposition"].startswith("attachment")
     assert_not_framed(response, "download")
+
+
+def test_every_action_is_refused_without_a_csrf_token(admin_user, world):
+    """Each action of each kind (run, bulk, schedule, answer), POSTed by a
+    superuser whose request lacks the CSRF token: 403, and nothing done."""
+    from django.test import Client
+
+    from django_durable.dashboard import actions, bulk, schedules
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+    posts = [(reverse("django_durable:run_action", args=[world, s]), {}) for s in actions.ACTIONS]
+    posts += [
+        (reverse("django_durable:bulk"), {"action": s, "scope": "all", "confirm": "yes"})
+        for s in bulk.SLUGS
+    ]
+    posts += [
+        (reverse("django_durable:schedule_action", args=["nightly", s]), {})
+        for s in schedules.ACTIONS
+    ]
+    posts.append(
+        (
+            reverse("django_durable:answer", args=[world]),
+            {"name": "approval", "wait": "input", "json": "true"},
+        )
+    )
+    assert len(posts) == 11
+    for address, data in posts:
+        response = client.post(address, data)
+        assert response.status_code == 403, (address, data)
+    assert_nothing_changed(world)
+    assert Run.objects.filter(key="nightly-sync").count() == 0
