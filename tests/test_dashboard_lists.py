@@ -159,6 +159,16 @@ def test_a_keyed_run_with_a_32_mb_result_makes_a_small_page(admin_client):
     assert len(download.content) > 32 * 1024 * 1024
 
 
+def test_event_payloads_are_shown_as_the_head_of_their_json(admin_client):
+    run_id = durable.start(SyncAccount, {})
+    durable.send_event(run_id, "big", {"text": "e" * 200_000}, buffer=True)
+    durable.send_event(run_id, "small", [1, "<b>x</b>"], buffer=True)
+    html = html_of(admin_client, "run", run_id)
+    assert "e" * 200_000 not in html and "e" * 400 in html
+    assert "&quot;&lt;b&gt;x&lt;/b&gt;&quot;]" in html and "<b>x</b>" not in html  # escaped
+    assert len(html) < 100_000
+
+
 def test_bulk_rerun_of_selected_runs(admin_client):
     finished = [durable.start(SyncAccount, {"n": n}, key=f"rerun:{n}") for n in range(2)]
     drain()

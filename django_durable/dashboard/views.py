@@ -25,7 +25,7 @@ from django_durable.dashboard import (
 from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
-from django_durable.models import Event, Run, StepAttempt
+from django_durable.models import Run, StepAttempt
 from django_durable.workflows.definition import registry
 
 LIST_FIELDS_DEFERRED = ("input", "context", "result", "state")
@@ -180,7 +180,7 @@ def run(request, run_admin, run_id):
         "attempts": attempts,
         "failed_attempts": [a for a in attempts if a.error],
         "logged_attempts": [a for a in attempts if getattr(a, "logs", None)],
-        "events": list(Event.objects.filter(run=found).order_by("id")[:100]),
+        "events": values.events_of(found),
         "values": shown,
         "error": _describe_error(found.error),
         "key_view": key_view,
