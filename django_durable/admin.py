@@ -15,6 +15,7 @@ from functools import cached_property
 
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
@@ -149,6 +150,13 @@ class RunAdmin(ReadOnlyAdmin):
     def dashboard(self, run):
         url = _dashboard_url("run", run.id)
         return format_html('<a href="{}">open</a>', url) if url else "—"
+
+    def changelist_view(self, request, extra_context=None):
+        cut = search.cut_search_url(request, SEARCH_VAR)
+        if cut is not None:
+            messages.warning(request, f"Search: {search.cut_message()}")
+            return HttpResponseRedirect(cut)
+        return super().changelist_view(request, extra_context)
 
     def get_search_results(self, request, queryset, search_term):
         """The admin's search box understands the dashboard's syntax too."""

@@ -8,7 +8,9 @@ workflow name.
 
 A search is bounded whatever is typed: the text is cut at ``MAX_CHARS`` and at
 most ``MAX_WORDS`` free-text words are searched, each a ``LIKE`` in the one
-statement; ``notes`` says what was left out. No index serves ``LIKE '%word%'``,
+statement; ``notes`` says what was left out. A page asked for a longer search
+is sent to the same page with the search cut (``cut_search_url``), so the page
+never repeats a 60 KB search in its links and forms. No index serves ``LIKE '%word%'``,
 so free text (other than a run id) looks through the newest ``TEXT_WINDOW``
 runs only, a range of the ``created_at`` index: without the bound a word that
 matches nothing reads the whole table (a second at a million runs).
@@ -65,7 +67,7 @@ def parse(query: str | None) -> RunSearch:
     search = RunSearch()
     query = query or ""
     if len(query) > MAX_CHARS:
-        search.notes.append(f"The search was cut to its first {MAX_CHARS} characters.")
+        search.notes.append(cut_message())
         query = query[:MAX_CHARS]
     for match in TOKEN.finditer(query):
         name = match.group("name")
@@ -105,6 +107,20 @@ def window_start() -> datetime | None:
     nth = Run.objects.order_by("-created_at").values_list("created_at", flat=True)
     found = list(nth[TEXT_WINDOW - 1 : TEXT_WINDOW])
     return found[0] if found else None
+
+
+def cut_search_url(request, name: str = "q") -> str | None:
+    """This page's URL with its search cut to ``MAX_CHARS``, when it is longer."""
+    query = request.GET.get(name, "")
+    if len(query) <= MAX_CHARS:
+        return None
+    params = request.GET.copy()
+    params[name] = query[:MAX_CHARS]
+    return f"{request.path}?{params.urlencode()}"
+
+
+def cut_message() -> str:
+    return f"The search was cut to its first {MAX_CHARS} characters."
 
 
 def _is_uuid(word: str) -> bool:

@@ -9,7 +9,8 @@ estimated (``counts``), and no query grows with the runs table.
 
 from __future__ import annotations
 
-from django.http import Http404, HttpResponse
+from django.contrib import messages
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.utils.timezone import now
 
 from django_durable import query
@@ -18,6 +19,7 @@ from django_durable.dashboard import (
     counts,
     keystats,
     keyview,
+    search,
     timeline,
     values,
     workers,
@@ -119,15 +121,19 @@ def matching_runs(params):
         runs = base.none()
     else:
         runs = filters.qs if filters.is_bound else base
-    search = getattr(filters, "search", None)
+    parsed = getattr(filters, "search", None)
     notes = []
-    if search is not None:
-        problems.extend(search.errors)
-        notes.extend(search.notes)
+    if parsed is not None:
+        problems.extend(parsed.errors)
+        notes.extend(parsed.notes)
     return filters, runs, problems, notes
 
 
 def runs(request, run_admin):
+    cut = search.cut_search_url(request)
+    if cut is not None:
+        messages.warning(request, search.cut_message())
+        return HttpResponseRedirect(cut)
     filters, selected, problems, notes = matching_runs(request.GET)
     sort = request.GET.get("o") if request.GET.get("o") in SORTS else "-created"
     page = page_of(selected, request)
