@@ -121,17 +121,19 @@ class SqlClock:
             self.statements += 1
 
 
-def timed(client, label: str, path: str, repeat: int, **params) -> float:
+def timed(client, label: str, path: str, repeat: int, follow=False, **params) -> float:
+    """The page's median time; ``follow``: with the redirect it answers with
+    (a search longer than 1,000 characters comes back cut), both requests timed."""
     from django.db import connection
 
-    client.get(path, params)  # warm: the numbers are for a live database, not a cold disk
+    client.get(path, params, follow=follow)  # warm: the numbers are for a live database, not a cold disk
     walls, sqls, cpus, statements = [], [], [], 0
     for _ in range(repeat):
         clock = SqlClock()
         with connection.execute_wrapper(clock):
             cpu = time.process_time()
             started = time.perf_counter()
-            response = client.get(path, params)
+            response = client.get(path, params, follow=follow)
             walls.append((time.perf_counter() - started) * 1000)
             cpus.append((time.process_time() - cpu) * 1000)
         sqls.append(clock.seconds * 1000)
@@ -221,7 +223,7 @@ def main() -> None:
             q=f"workflow:{names[0]} status:waiting",
         )
         timed(client, "runs, q=one free-text word (item:42424)", page("runs"), r, q="item:42424")
-        timed(client, "runs, q=10,000 words (capped at 8)", page("runs"), r, q=words)
+        timed(client, "runs, q=10,000 words (cut, 8 searched)", page("runs"), r, True, q=words)
         timed(
             client,
             "runs, created_after=today",
@@ -237,7 +239,7 @@ def main() -> None:
         timed(client, "workers", page("workers"), r)
         changelist = reverse("admin:django_durable_run_changelist")
         timed(client, "admin Run list", changelist, r)
-        timed(client, "admin Run list, q=10,000 words", changelist, r, q=words)
+        timed(client, "admin Run list, q=10,000 words (cut)", changelist, r, True, q=words)
         timed(client, "admin Run list, status filter", changelist, r, status__exact="failed")
     finally:
         connections.close_all()
