@@ -126,7 +126,8 @@ def timed(client, label: str, path: str, repeat: int, follow=False, **params) ->
     (a search longer than 1,000 characters comes back cut), both requests timed."""
     from django.db import connection
 
-    client.get(path, params, follow=follow)  # warm: the numbers are for a live database, not a cold disk
+    # Warm: the numbers are for a live database, not a cold disk.
+    client.get(path, params, follow=follow)
     walls, sqls, cpus, statements = [], [], [], 0
     for _ in range(repeat):
         clock = SqlClock()
