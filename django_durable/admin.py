@@ -161,11 +161,12 @@ class RunAdmin(ReadOnlyAdmin):
     def get_search_results(self, request, queryset, search_term):
         """The admin's search box understands the dashboard's syntax too."""
         parsed = search.parse(search_term)
+        found = parsed.apply(queryset, window=True)
         for problem in parsed.errors:
             messages.error(request, f"Search: {problem}. No run is shown.")
         for note in parsed.notes:
             messages.warning(request, f"Search: {note}")
-        return parsed.apply(queryset), False
+        return found, False
 
 
 @admin.register(HeldKey)

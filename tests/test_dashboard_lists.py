@@ -208,3 +208,5 @@ def test_free_text_looks_through_the_newest_runs_only(admin_client, monkeypatch)
     admin = admin_client.get(changelist, {"q": "window"}).content.decode()
     assert "Free text looks through the newest 3 runs" in admin
     assert [str(i) in admin for i in ids] == [False, False, True, True, True]
+    # Outside the dashboard's pages (``durable list --query``) free text reads every run.
+    assert search.parse("window").apply(Run.objects.all()).count() == 5

@@ -43,14 +43,23 @@ class RunSearch:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def apply(self, runs):
-        """Filter a ``Run`` queryset by this search (nothing when it has errors)."""
+    def apply(self, runs, *, window: bool = False):
+        """Filter a ``Run`` queryset by this search (nothing when it has errors).
+
+        ``window=True`` (the dashboard's pages): free text looks through the
+        newest ``TEXT_WINDOW`` runs only, and ``notes`` says so. Without it (the
+        ``durable list`` command) free text reads every run.
+        """
         if self.errors:
             return runs.none()
         condition = Q(**self.filters)
         for word in self.text:
             condition &= _text_filter(word)
-        if self.scans_text:
+        if window and self.scans_text:
+            self.notes.append(
+                f"Free text looks through the newest {TEXT_WINDOW:,} runs; "
+                "key:, status:, workflow: and queue: search every run."
+            )
             start = window_start()
             if start is not None:
                 condition &= Q(created_at__gte=start)
@@ -90,11 +99,6 @@ def parse(query: str | None) -> RunSearch:
             f"Only the first {MAX_WORDS} words were searched; {left} more were left out."
         )
         del search.text[MAX_WORDS:]
-    if search.scans_text:
-        search.notes.append(
-            f"Free text looks through the newest {TEXT_WINDOW:,} runs; "
-            "key:, status:, workflow: and queue: search every run."
-        )
     return search
 
 
