@@ -15,6 +15,7 @@ from functools import cached_property
 
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
+from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
@@ -131,6 +132,7 @@ class RunAdmin(ReadOnlyAdmin):
     ordering = ("-created_at",)
     show_full_result_count = False
     list_select_related = False
+    list_per_page = 50  # as the dashboard's lists: half the rendering of the default 100
     paginator = BoundedPaginator
 
     def __init__(self, model, admin_site):
@@ -149,14 +151,22 @@ class RunAdmin(ReadOnlyAdmin):
         url = _dashboard_url("run", run.id)
         return format_html('<a href="{}">open</a>', url) if url else "—"
 
+    def changelist_view(self, request, extra_context=None):
+        cut = search.cut_search_url(request, SEARCH_VAR)
+        if cut is not None:
+            messages.warning(request, f"Search: {search.cut_message()}")
+            return HttpResponseRedirect(cut)
+        return super().changelist_view(request, extra_context)
+
     def get_search_results(self, request, queryset, search_term):
         """The admin's search box understands the dashboard's syntax too."""
         parsed = search.parse(search_term)
+        found = parsed.apply(queryset, window=True)
         for problem in parsed.errors:
             messages.error(request, f"Search: {problem}. No run is shown.")
         for note in parsed.notes:
             messages.warning(request, f"Search: {note}")
-        return parsed.apply(queryset), False
+        return found, False
 
 
 @admin.register(HeldKey)

@@ -310,3 +310,23 @@ def test_refused_users_see_the_login_page_or_a_styled_refusal(
         page.goto(address)
         assert "/admin/login/" in page.url and "account:secret" not in page.content()
     context.close()
+
+
+def test_polls_pause_while_the_tab_is_hidden(chromium, live_server, staff, monkeypatch):
+    monkeypatch.setattr(site, "REFRESH_SECONDS", 1)
+    context, page = login(chromium, live_server, "staff")
+    page.goto(f"{live_server.url}/admin/durable/keys/")
+    polls = []
+    page.on("request", lambda r: polls.append(r.url) if r.headers.get("hx-request") else None)
+    with page.expect_request(lambda r: r.headers.get("hx-request") == "true"):
+        pass  # polling while visible
+    assert page.locator("#durable-refreshing.htmx-indicator").count() == 1
+    hidden = "{configurable: true, get: () => 'hidden'}"
+    page.evaluate(f"Object.defineProperty(document, 'visibilityState', {hidden})")
+    page.wait_for_timeout(1500)  # a poll already on its way ends
+    polls.clear()
+    page.wait_for_timeout(3500)  # three ticks of the timer
+    assert polls == []
+    with page.expect_request(lambda r: r.headers.get("hx-request") == "true"):
+        page.evaluate("delete document.visibilityState")  # visible again: polling resumes
+    context.close()

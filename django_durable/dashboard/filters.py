@@ -64,7 +64,7 @@ class RunFilter(_DefinedChoices, django_filters.FilterSet):
 
     def filter_search(self, runs, name, value):
         self.search = search.parse(value)
-        return self.search.apply(runs)
+        return self.search.apply(runs, window=True)
 
     # Dates are days in the user's current timezone; the bounds are instants, so
     # the filter reads the ``created_at`` index (``created_at::date`` would not).

@@ -15,10 +15,12 @@ from django.db.models.functions import Cast, Length, Substr
 from django.http import Http404, HttpResponse
 
 from django_durable.dashboard.keyview import pretty
-from django_durable.models import Run
+from django_durable.models import Event, Run
 
 FIELDS = ("input", "context", "result")
 SHOWN = 20_000
+EVENTS_SHOWN = 100
+EVENT_CHARS = 500
 
 
 @dataclass
@@ -62,3 +64,11 @@ def download(request, run_admin, run_id, field: str) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="run-{run_id}-{field}.json"'
     response["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+def events_of(run: Run) -> list[Event]:
+    """The run's first events and inputs, each payload as the head of its JSON
+    text (``payload_head``): a list of 100 never carries a payload whole."""
+    head = Substr(Cast("payload", TextField()), 1, EVENT_CHARS + 1)
+    rows = Event.objects.filter(run=run).defer("payload").annotate(payload_head=head)
+    return list(rows.order_by("id")[:EVENTS_SHOWN])

@@ -9,8 +9,12 @@ estimated (``counts``), and no query grows with the runs table.
 
 from __future__ import annotations
 
-from django.http import Http404, HttpResponse
-from django.utils.timezone import now
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib import messages
+from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.utils.timezone import localtime, now
 
 from django_durable import query
 from django_durable.dashboard import (
@@ -18,6 +22,7 @@ from django_durable.dashboard import (
     counts,
     keystats,
     keyview,
+    search,
     timeline,
     values,
     workers,
@@ -25,7 +30,7 @@ from django_durable.dashboard import (
 from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
-from django_durable.models import Event, Run, StepAttempt
+from django_durable.models import Run, StepAttempt
 from django_durable.workflows.definition import registry
 
 LIST_FIELDS_DEFERRED = ("input", "context", "result", "state")
@@ -72,12 +77,45 @@ def _listed(runs, limit: int | None = None) -> list[Run]:
 
 
 def _decorate(rows: list[Run]) -> list[Run]:
+    """What the run rows show besides the fields: step N of M, the error's
+    headline, the times in the current timezone, how long a finished run took.
+
+    The times are formatted here (``strftime``) rather than by the ``date``
+    filter: six dates a row are most of the time a list of 50 runs takes."""
     for run in rows:
         definition = _definition(run.workflow)
         run.step_total = len(definition.steps) if definition else None
         run.step_number = run.step_index + 1
-        run.error_headline = _describe_error(run.error)["headline"] if run.error else ""
+        run.error_headline = _headline(run.error)
+        run.short_id = str(run.id)[:12] + "…"
+        run.created = When.of(run.created_at)
+        run.finished = When.of(run.finished_at) if run.finished_at else None
+        ended, began = run.finished_at, run.started_at or run.created_at
+        run.duration = timeline.human_duration(ended - began) if ended else ""
     return rows
+
+
+@dataclass(frozen=True)
+class When:
+    """A time as the rows show it, in the current timezone."""
+
+    iso: str
+    text: str
+    title: str
+
+    @classmethod
+    def of(cls, at: datetime) -> When:
+        local = localtime(at)
+        text = local.strftime("%Y-%m-%d %H:%M:%S")
+        return cls(local.isoformat(), text, f"{text} {local.strftime('%Z')}")
+
+
+def _headline(error) -> str:
+    if not error:
+        return ""
+    if not isinstance(error, dict):
+        return str(error)[:200]
+    return f"{error.get('type', 'Error')}: {str(error.get('message', ''))[:200]}"
 
 
 def keys(request, run_admin):
@@ -115,15 +153,19 @@ def matching_runs(params):
         runs = base.none()
     else:
         runs = filters.qs if filters.is_bound else base
-    search = getattr(filters, "search", None)
+    parsed = getattr(filters, "search", None)
     notes = []
-    if search is not None:
-        problems.extend(search.errors)
-        notes.extend(search.notes)
+    if parsed is not None:
+        problems.extend(parsed.errors)
+        notes.extend(parsed.notes)
     return filters, runs, problems, notes
 
 
 def runs(request, run_admin):
+    cut = search.cut_search_url(request)
+    if cut is not None:
+        messages.warning(request, search.cut_message())
+        return HttpResponseRedirect(cut)
     filters, selected, problems, notes = matching_runs(request.GET)
     sort = request.GET.get("o") if request.GET.get("o") in SORTS else "-created"
     page = page_of(selected, request)
@@ -164,6 +206,9 @@ def run(request, run_admin, run_id):
     step_names = [s.name for s in definition.steps] if definition else []
     attempts = list(StepAttempt.objects.filter(run=found).defer("output").order_by("id"))
     children = _listed(Run.objects.filter(parent=found).order_by("created_at"), 50)
+    key_view = keyview.build(found)
+    if key_view is not None:
+        _decorate(key_view.runs)
     at = now()
     context = {
         "run": found,
@@ -173,10 +218,10 @@ def run(request, run_admin, run_id):
         "attempts": attempts,
         "failed_attempts": [a for a in attempts if a.error],
         "logged_attempts": [a for a in attempts if getattr(a, "logs", None)],
-        "events": list(Event.objects.filter(run=found).order_by("id")[:100]),
+        "events": values.events_of(found),
         "values": shown,
         "error": _describe_error(found.error),
-        "key_view": keyview.build(found),
+        "key_view": key_view,
         "children": children,
         "offers": actions.offers(found),
         "timeline": timeline.build(found, attempts, at),
@@ -208,7 +253,7 @@ def _describe_error(error) -> dict | None:
     return {
         "headline": f"{error.get('type', 'Error')}: {message[:2000]}",
         "extra": keyview.pretty(rest)[:20_000] if rest else None,
-        "traceback": error.get("traceback"),
+        "traceback": str(error.get("traceback") or "")[: values.SHOWN] or None,
     }
 
 
