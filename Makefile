@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 PYTEST_ARGS ?=
-# The second interpreter CI runs the SQLite suite on (in its own venv): Python 3.13,
-# pyenv's or the one on PATH. Missing, `make test` stops and says so (no silent skip).
+# The second interpreter CI runs the SQLite suite on (in its own venv), with Django 6.0
+# (which needs Python 3.12+): Python 3.13, pyenv's or the one on PATH. Missing,
+# `make test` stops and says so (no silent skip).
 VENV313 ?= .venv313
 PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) \
 	$(shell command -v python3.13 2>/dev/null))
@@ -36,7 +37,8 @@ test-postgres: install
 test-sqlite: install
 	DURABLE_TEST_DB=sqlite $(BIN)/pytest $(PYTEST_ARGS)
 
-# The SQLite suite again on Python 3.13 (the first runs are on $(PYTHON), 3.11 here).
+# The SQLite suite again on Python 3.13 and Django 6.0 (the first runs are on
+# $(PYTHON), 3.11 here, with Django 5.2).
 $(VENV313)/bin/python:
 	@if [ -z "$(PYTHON313)" ] || ! "$(PYTHON313)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))'; then \
 		echo "make: Python 3.13 not found: install it (pyenv install 3.13) or set PYTHON313=/path/to/python3.13" >&2; \
@@ -46,9 +48,10 @@ $(VENV313)/bin/python:
 	$(VENV313)/bin/pip install -q --upgrade pip
 
 install-py313: $(VENV313)/bin/python
-	$(VENV313)/bin/pip install -q -e ".[test]"
+	$(VENV313)/bin/pip install -q -e ".[test]" "Django>=6.0,<6.1"
 
 test-py313: install-py313
+	$(VENV313)/bin/python -c 'import django; assert django.VERSION[:2] == (6, 0), django.__version__'
 	DURABLE_TEST_DB=sqlite $(VENV313)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 # The example project on SQLite: a worker, traffic with duplicates, and the dashboard.
