@@ -11,7 +11,7 @@ any other model, so the project's routers decide those as before.
 
     DATABASE_ROUTERS = ["django_durable.routers.DurableRouter", "myproject.routers.Replicas"]
 
-System check ``django_durable.E012`` reports a router setup that sends
+System check ``django_durable.E016`` reports a router setup that sends
 django-durable's writes elsewhere.
 """
 
