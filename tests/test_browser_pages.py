@@ -11,6 +11,7 @@ import re
 import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.sessions.models import Session
+from playwright.sync_api import expect
 
 import django_durable as durable
 from django_durable import step
@@ -202,8 +203,9 @@ def test_bulk_cancel_of_1000_runs_matching_a_search(chromium, live_server, staff
     page.set_default_timeout(180_000)
     page.click("input[type=submit][value='Yes, cancel 1000 runs']")
     assert page.locator("#bulk-summary").inner_text() == "1000 of 1000 runs: cancel done."
-    rows = page.locator("#bulk-outcomes tbody tr.durable-done")
-    assert rows.count() == 1000
+    # The summary comes before the table in the page: wait for the whole table
+    # (a 1,000-row answer may still be arriving when the summary shows).
+    expect(page.locator("#bulk-outcomes tbody tr.durable-done")).to_have_count(1000, timeout=60_000)
     assert {r.status for r in Run.objects.filter(id__in=ids)} == {"cancelled"}
     assert Run.objects.filter(status="pending").count() == 1
     context.close()
