@@ -100,6 +100,20 @@ class WaitMethods:
         self._waits.append(value)
         return value
 
+    def _wait_for_one(
+        self, kind: str, name: str, until: datetime | None, timeout_value: Any, **suspend: Any
+    ) -> Any:
+        """An event or input wait: its replayed value, the value already delivered
+        (a buffered event, an input given early), or suspend until it comes."""
+        done, value = self._next_wait()
+        if done:
+            return value
+        received = run_state.received(self._run.state)
+        slot = run_state.event_slot(kind, name)
+        if slot in received:
+            return self._passed(received[slot])
+        raise Suspend(kind, name, until, timeout_value, **suspend)
+
     def sleep(self, duration: timedelta | float) -> None:
         """Suspend the run for ``duration``; the worker is free meanwhile."""
         duration = as_timedelta(duration, "sleep duration")
@@ -131,14 +145,7 @@ class WaitMethods:
         check_name(name, "event")
         until = _until(timeout, "event timeout")
         check_json(timeout_value, "timeout_value")
-        done, value = self._next_wait()
-        if done:
-            return value
-        received = run_state.received(self._run.state)
-        slot = run_state.event_slot("event", name)
-        if slot in received:
-            return self._passed(received[slot])
-        raise Suspend("event", name, until, timeout_value)
+        return self._wait_for_one("event", name, until, timeout_value)
 
     def wait_for_any(
         self,
@@ -220,11 +227,4 @@ class WaitMethods:
         spec = input_kinds.check_spec(kind, prompt, choices, on_timeout)
         until = _until(timeout, "input timeout")
         check_json(timeout_value, "timeout_value")
-        done, value = self._next_wait()
-        if done:
-            return value
-        received = run_state.received(self._run.state)
-        slot = run_state.event_slot("input", name)
-        if slot in received:
-            return self._passed(received[slot])
-        raise Suspend("input", name, until, timeout_value, input_spec=spec)
+        return self._wait_for_one("input", name, until, timeout_value, input_spec=spec)
