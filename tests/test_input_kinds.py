@@ -228,8 +228,8 @@ def test_list_pending_inputs_leaves_out_runs_waiting_for_events_or_sleeping(aski
 
 @pytest.mark.postgres
 def test_list_pending_inputs_reads_the_workflow_status_index_of_a_big_table(asking):
-    """20,000 runs, most finished or asleep, analysed: the list reads only the
-    waiting runs of the workflows asked for, through (workflow, status)."""
+    """20,000 runs, most finished or asleep, analysed: the list reads only
+    waiting runs, through (workflow, status) or the index of waiting runs."""
     statuses = [Status.COMPLETED] * 8 + [Status.FAILED, Status.WAITING]
     Run.objects.bulk_create(
         Run(
@@ -244,7 +244,8 @@ def test_list_pending_inputs_reads_the_workflow_status_index_of_a_big_table(aski
         cursor.execute("ANALYZE durable_run")
     for names in (["asks_for_input"], ["asks_for_input", "other_a", "other_b"]):
         plan = store.waiting_for_input(names, 1000).explain()
-        assert "durable_run_workflow_status" in plan, plan
+        # (workflow, status) ranges, or the waiting runs' own index in age order.
+        assert "durable_run_workflow_status" in plan or "durable_run_waiting" in plan, plan
         assert "Seq Scan" not in plan, plan
     assert [row["run_id"] for row in durable.list_pending_inputs()] == [first]
 

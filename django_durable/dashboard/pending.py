@@ -8,8 +8,8 @@ The form follows the input's kind (``approval``: approve / reject buttons;
 answered with a JSON payload; a ``wait_for_any`` / ``wait_for_all`` with the name
 of one of the events it still waits for. A value the input's kind refuses
 (``provide_input``'s ``ValueError``) is shown as an error, and nothing is written.
-Waiting runs are read per defined workflow through the
-``(workflow, status)`` index, never by scanning the runs table.
+Waiting runs are read a page at a time, oldest first, through the index of
+waiting runs (``durable_run_waiting``), never by sorting every waiting run.
 """
 
 from __future__ import annotations
