@@ -179,6 +179,29 @@ WHERE id IN (
 RETURNING *
 """
 
+
+def priority_levels(queue: str) -> str:
+    """``levels``: the priority levels in use among the claimable runs of the queue
+    named by the SQL expression ``queue``, highest first, read from durable_run_claim
+    by a loose index scan (one probe per level). Shared by NEXT_DUE_AT and the queue
+    depth (store.depth); composed once, at import."""
+    return f"""    WITH RECURSIVE levels(priority) AS (
+        (SELECT priority FROM durable_run
+         WHERE queue = {queue}
+           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+         ORDER BY priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT priority FROM durable_run
+                WHERE queue = {queue}
+                  AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
+                  AND priority < levels.priority
+                ORDER BY priority DESC LIMIT 1)
+        FROM levels
+        WHERE levels.priority IS NOT NULL
+    )
+"""
+
+
 # When the next claimable run of the open queues is due (PostgreSQL), for an idle
 # worker's wait: a queue with no room (its limit reached) is left out, its runs wait
 # for a slot, not a time. Per queue, durable_run_claim is read priority by priority
@@ -190,21 +213,9 @@ NEXT_DUE_AT = (
 SELECT min(first.due_at)
 FROM open_queues
 CROSS JOIN LATERAL (
-    WITH RECURSIVE levels(priority) AS (
-        (SELECT priority FROM durable_run
-         WHERE queue = open_queues.name
-           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-         ORDER BY priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT priority FROM durable_run
-                WHERE queue = open_queues.name
-                  AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-                  AND priority < levels.priority
-                ORDER BY priority DESC LIMIT 1)
-        FROM levels
-        WHERE levels.priority IS NOT NULL
-    )
-    SELECT (SELECT due_at FROM durable_run
+"""
+    + priority_levels("open_queues.name")
+    + """    SELECT (SELECT due_at FROM durable_run
             WHERE queue = open_queues.name AND priority = levels.priority
               AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
             ORDER BY due_at LIMIT 1) AS due_at

@@ -14,6 +14,7 @@ from django.db.models import Count
 
 from django_durable.models import CLAIMABLE_STATUSES, Run
 from django_durable.store.base import fetchall, is_postgres, now
+from django_durable.store.claims import priority_levels
 
 __all__ = ["DEPTH_CAP", "queue_depths"]
 
@@ -24,7 +25,8 @@ DEPTH_CAP = 10_000
 # through durable_run_claim queue by queue, ``levels`` through each queue's priority
 # levels the same way; per (queue, priority) the due entries are an index range
 # (due_at <= statement_timestamp(), the database's clock, as the claim's).
-QUEUE_DEPTH = """
+QUEUE_DEPTH = (
+    """
 WITH RECURSIVE queues(name) AS (
     (SELECT queue FROM durable_run
      WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
@@ -38,21 +40,9 @@ WITH RECURSIVE queues(name) AS (
     WHERE queues.name IS NOT NULL
 )
 SELECT queues.name, LEAST(%(cap)s, (
-    WITH RECURSIVE levels(priority) AS (
-        (SELECT priority FROM durable_run
-         WHERE queue = queues.name
-           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-         ORDER BY priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT priority FROM durable_run
-                WHERE queue = queues.name
-                  AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-                  AND priority < levels.priority
-                ORDER BY priority DESC LIMIT 1)
-        FROM levels
-        WHERE levels.priority IS NOT NULL
-    )
-    SELECT COALESCE(sum((
+"""
+    + priority_levels("queues.name")
+    + """    SELECT COALESCE(sum((
         SELECT count(*) FROM (
             SELECT 1 FROM durable_run
             WHERE queue = queues.name AND priority = levels.priority
@@ -66,6 +56,7 @@ SELECT queues.name, LEAST(%(cap)s, (
 FROM queues
 WHERE queues.name IS NOT NULL
 """
+)
 
 
 def queue_depths(cap: int = DEPTH_CAP) -> dict[str, int]:
