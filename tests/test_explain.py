@@ -19,6 +19,8 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.store import claims
+from tests.plans import explain_function
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -84,13 +86,16 @@ def test_the_claim_uses_the_claim_index(seeded):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
     for queues in (None, ["default"], ["default", "other"]):
-        statements = captured(
-            lambda queues=queues: store.claim(
-                worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
+        [(call, values)] = [
+            (sql, params)
+            for sql, params in sent(
+                lambda queues=queues: store.claim(
+                    worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
+                )
             )
-        )
-        [claim] = [s for s in statements if "UPDATE durable_run" in s]
-        plan = explain(claim)
+            if "durable_claim(" in sql
+        ]
+        plan = explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=False)
         # Per queue served, the oldest due runs through the claim index (a worker of
         # every queue finds the queues through it too); only the few picked are sorted.
         assert "durable_run_claim" in plan, plan
@@ -159,18 +164,18 @@ def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
 
     durable.start("sync_account", {"n": 1})
     for queues in (None, ["default"]):
-        [(claim_sql, claim_params)] = [
+        [(call, values)] = [
             (sql, params)
             for sql, params in sent(
                 lambda queues=queues: store.claim(
                     worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
                 )
             )
-            if "UPDATE durable_run" in sql
+            if "durable_claim(" in sql
         ]
-        plan = explain_generic(claim_sql, claim_params)
+        plan = explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=True)
         # The claimable statuses are literals in the statement, so even the generic
-        # plan (OPTIONS prepare_threshold, docs/production.md) can tell that the
+        # plan (the one durable_claim keeps for its session) can tell that the
         # partial claim index covers them.
         assert "durable_run_claim" in plan, plan
         assert "Seq Scan" not in plan, plan

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_durable import store
 from django_durable.models import Run, Status
+from tests.plans import explain
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -45,14 +46,11 @@ def backlog():
 def plans_of(fn) -> list[str]:
     with CaptureQueriesContext(connection) as queries:
         fn()
-    plans = []
-    with connection.cursor() as cursor:
-        for query in queries.captured_queries:
-            if query["sql"].startswith(("SAVEPOINT", "RELEASE")):
-                continue
-            cursor.execute("EXPLAIN " + query["sql"])
-            plans.append("\n".join(row[0] for row in cursor.fetchall()))
-    return plans
+    return [
+        explain(query["sql"])
+        for query in queries.captured_queries
+        if not query["sql"].startswith(("SAVEPOINT", "RELEASE"))
+    ]
 
 
 def claim(queues, limits=None):

@@ -24,6 +24,7 @@ from django_durable.runtime.worker import (
     WorkerIdInUse,
 )
 from django_durable.workflows.context import Context
+from tests.plans import explain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper
 from tests.worker_processes import wait_until
@@ -387,6 +388,5 @@ def test_the_claim_and_the_idle_look_ahead_use_the_claim_index(queues):
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         for query in captured.captured_queries:
-            cursor.execute("EXPLAIN " + query["sql"])
-            plan = "\n".join(row[0] for row in cursor.fetchall())
+            plan = explain(query["sql"])
             assert "durable_run_claim" in plan, plan

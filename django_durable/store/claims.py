@@ -32,21 +32,22 @@ from django_durable.store.base import atomic, fetchall, fetchone, from_row, is_p
 
 __all__ = ["claim", "next_due_at"]
 
-# The queues a claim serves (PostgreSQL): those named by %(queues)s, or when that is
+# The queues a claim serves (PostgreSQL): those named by p_queues, or when that is
 # NULL every queue with a claimable run, found by skipping through durable_run_claim
 # one queue at a time (a loose index scan: one probe per queue, however many runs
 # wait). The conditions repeat the claim index's own, so the planner can use it.
 # ``open_queues`` keeps those not paused (a probe of durable_queue's primary key per
-# queue) with the room each has: %(limit)s, or for a limited queue (named in
-# %(limited)s with its limit in %(caps)s) the limit less its runs a worker holds,
+# queue) with the room each has: p_limit, or for a limited queue (named in
+# p_limited with its limit in p_caps) the limit less its runs a worker holds,
 # counted through durable_run_lease (running and compensating runs: as many as the
-# workers' threads, however long the queue).
+# workers' threads, however long the queue). The p_ names are the arguments of the
+# functions durable_claim and durable_next_due_at, whose bodies this is part of.
 _OPEN_QUEUES = """
 RECURSIVE served(name) AS (
-    (SELECT unnest(%(queues)s::text[]) AS name)
+    (SELECT unnest(p_queues::text[]) AS name)
     UNION ALL
     (SELECT queue FROM durable_run
-     WHERE %(queues)s::text[] IS NULL
+     WHERE p_queues::text[] IS NULL
        AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
      ORDER BY queue LIMIT 1)
     UNION ALL
@@ -55,11 +56,11 @@ RECURSIVE served(name) AS (
               AND queue > served.name
             ORDER BY queue LIMIT 1)
     FROM served
-    WHERE %(queues)s::text[] IS NULL AND served.name IS NOT NULL
+    WHERE p_queues::text[] IS NULL AND served.name IS NOT NULL
 ),
 open_queues AS (
     SELECT served.name,
-           CASE WHEN lim.cap IS NULL THEN %(limit)s
+           CASE WHEN lim.cap IS NULL THEN p_limit
                 ELSE GREATEST(lim.cap - (
                     SELECT count(*) FROM durable_run AS held
                     WHERE held.queue = served.name
@@ -67,7 +68,7 @@ open_queues AS (
                       AND held.lease_expires_at IS NOT NULL), 0)
            END AS room
     FROM served
-    LEFT JOIN unnest(%(limited)s::text[], %(caps)s::integer[]) AS lim(name, cap)
+    LEFT JOIN unnest(p_limited::text[], p_caps::integer[]) AS lim(name, cap)
            ON lim.name = served.name
     WHERE served.name IS NOT NULL
       AND NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = served.name),
@@ -83,7 +84,7 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || n
 FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limited
 """
 
-# Claim up to %(limit)s due runs in one statement (PostgreSQL): within each queue
+# Claim up to p_limit due runs in one statement (PostgreSQL): within each queue
 # served, highest priority first, then oldest due, as durable_run_claim orders them.
 # ``picked`` takes, per open queue, up to its room of due runs through the index (it
 # reads about as many entries as it claims, plus the entries of higher priority not
@@ -96,12 +97,12 @@ FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limit
 # database's clock (statement_timestamp(), not now(): a caller's transaction does
 # not stop it), so a worker whose own clock is off neither claims early nor sets a
 # short lease; and a worker claims only runs of the workflows it knows
-# (%(workflows)s, NULL: any, or names starting with one of %(prefixes)s), so a
+# (p_workflows, NULL: any, or names starting with one of p_prefixes), so a
 # worker running older code leaves a new workflow's runs to one that has it.
 # A claimed compensating run stays compensating (cancel() keeps refusing it) and
 # stops being due while it is owned; the fence grows, so the previous owner's late
 # writes no longer match.
-CLAIM = (
+CLAIM_QUERY = (
     "WITH "
     + _OPEN_QUEUES
     + """,
@@ -113,34 +114,62 @@ picked AS MATERIALIZED (
         WHERE queue = open_queues.name
           AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
           AND due_at <= statement_timestamp()
-          AND (%(workflows)s::text[] IS NULL OR workflow = ANY (%(workflows)s::text[])
-               OR workflow LIKE ANY (%(prefixes)s::text[]))
+          AND (p_workflows::text[] IS NULL OR workflow = ANY (p_workflows::text[])
+               OR workflow LIKE ANY (p_prefixes::text[]))
         ORDER BY priority DESC, due_at
-        LIMIT LEAST(open_queues.room, %(limit)s)
+        LIMIT LEAST(open_queues.room, p_limit)
         FOR UPDATE SKIP LOCKED
     ) AS p
     ORDER BY p.priority DESC, p.due_at
-    LIMIT %(limit)s
+    LIMIT p_limit
 )
 UPDATE durable_run SET
     status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
     due_at = CASE WHEN status = 'compensating' THEN NULL ELSE durable_run.due_at END,
-    worker_id = %(worker_id)s,
-    lease_expires_at = statement_timestamp() + %(lease)s,
+    worker_id = p_worker,
+    lease_expires_at = statement_timestamp() + p_lease,
     fence = fence + 1,
     started_at = COALESCE(started_at, statement_timestamp())
 WHERE durable_run.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING durable_run.id, durable_run.workflow, durable_run.queue, durable_run.status,
-    durable_run.priority, durable_run.input, durable_run.context, durable_run.result,
-    durable_run.error, durable_run."key", durable_run.holds_key, durable_run.runs_after_id,
-    durable_run.parent_id, durable_run.step_index, durable_run.attempt,
-    durable_run.due_at, durable_run.timeout_at, durable_run.debounce_deadline,
-    durable_run.waiting_for, durable_run.state, durable_run.worker_id,
-    durable_run.lease_expires_at, durable_run.fence, durable_run.recoveries,
-    durable_run.step_names, durable_run.trace_context, durable_run.created_at,
-    durable_run.started_at, durable_run.finished_at
+RETURNING durable_run.*
 """
 )
+
+# The claim as a function (PostgreSQL; installed by migration 0013 through
+# store.functions). A function keeps the plan of its statement for the life of the
+# database session: a worker's claim is planned once, not at every call (planning
+# this statement costs several times what running it does). The generic plan is
+# the one the claim index was built for (tests/test_explain.py shows it).
+CLAIM_FUNCTION = (
+    """
+CREATE OR REPLACE FUNCTION durable_claim(
+    p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
+    p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval
+) RETURNS SETOF durable_run
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $claim$
+BEGIN
+    RETURN QUERY
+"""
+    + CLAIM_QUERY
+    + """;
+END
+$claim$
+"""
+)
+
+# The call of durable_claim: the claimed runs' columns, in the model's field order.
+CLAIM = """
+SELECT id, workflow, queue, status, priority, input, context, result, error, "key",
+    holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
+    debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
+    recoveries, step_names, trace_context, created_at, started_at, finished_at
+FROM durable_claim(
+    %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
+    %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval
+)
+"""
 
 # The same on SQLite, which serialises writers (no row locks, and no advisory lock:
 # the limit's count and the claim are one write): the due runs of the queues in
@@ -206,7 +235,7 @@ def priority_levels(queue: str) -> str:
 # worker's wait: a queue with no room (its limit reached) is left out, its runs wait
 # for a slot, not a time. Per queue, durable_run_claim is read priority by priority
 # (a loose index scan over the few priorities in use), the first entry of each.
-NEXT_DUE_AT = (
+NEXT_DUE_AT_QUERY = (
     "WITH "
     + _OPEN_QUEUES
     + """
@@ -225,6 +254,32 @@ CROSS JOIN LATERAL (
 WHERE open_queues.room > 0
 """
 )
+
+# NEXT_DUE_AT as a function, its plan kept per session like durable_claim's: an idle
+# worker asks it after every claim that did not fill its threads.
+NEXT_DUE_AT_FUNCTION = (
+    """
+CREATE OR REPLACE FUNCTION durable_next_due_at(
+    p_queues text[], p_limit integer, p_limited text[], p_caps integer[]
+) RETURNS timestamptz
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $next_due$
+BEGIN
+    RETURN (
+"""
+    + NEXT_DUE_AT_QUERY
+    + """    );
+END
+$next_due$
+"""
+)
+
+NEXT_DUE_AT = """
+SELECT durable_next_due_at(
+    %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[]
+)
+"""
 
 # The columns CLAIM returns, in its order (tests/test_statements.py checks them
 # against the model).

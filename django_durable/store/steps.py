@@ -2,10 +2,10 @@
 row together, or nothing when the worker no longer owns the run (``LeaseLost``).
 
 On PostgreSQL, for a caller in autocommit (a worker thread), each record is one
-statement and one round trip, atomic on its own: the fenced UPDATE of the run in
-a CTE, the INSERT of the attempt selecting from it (no row: nothing inserted).
-Otherwise the same UPDATE and INSERT run through the ORM in a transaction (a
-savepoint inside the caller's).
+statement and one round trip, atomic on its own: a call of the function
+durable_record_step, which makes the fenced UPDATE of the run and, only if it
+changed the run, inserts the attempt. Otherwise the same UPDATE and INSERT run
+through the ORM in a transaction (a savepoint inside the caller's).
 """
 
 from __future__ import annotations
@@ -38,85 +38,99 @@ __all__ = [
     "record_suspended",
 ]
 
-# The attempt's row, inserted only when ``owned`` (the fenced UPDATE before it in the
-# same statement) changed the run. Casts: a SELECT list takes no types from the
-# target columns.
-_INSERT_ATTEMPT = """
-INSERT INTO durable_step_attempt (
-    run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
-    started_at, finished_at
-)
-SELECT owned.id, 'step', %(step)s::varchar, %(step_index)s::integer, %(attempt)s::integer,
-       %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb, %(logs)s::jsonb,
-       %(worker_id)s::varchar, %(started_at)s::timestamptz, %(finished_at)s::timestamptz
-FROM owned
-RETURNING id
+# A step's record as one function call (PostgreSQL; installed by migration 0013
+# through store.functions, which keeps its plans for the database session: a
+# worker's records are planned once, not at every step). The fenced UPDATE of the
+# run (by primary key: it must still be running under the claim's fence), one of
+# four by p_change:
+#   'next'   a step completed and the run goes on to the next one;
+#   'last'   the last step completed: the run is completed, its result the output;
+#   'retry'  a step failed with attempts left: pending again, due at p_due_at;
+#   'failed' a step failed for good, and so does the run;
+# then, only when the UPDATE changed the run, the attempt's row. Returns the
+# attempt's id, or NULL when the run is not this worker's any more (nothing written).
+# One statement for the caller, atomic on its own.
+RECORD_STEP_FUNCTION = """
+CREATE OR REPLACE FUNCTION durable_record_step(
+    p_change text, p_run uuid, p_fence integer, p_step_index integer, p_context jsonb,
+    p_state jsonb, p_due_at timestamptz, p_step varchar, p_attempt integer,
+    p_outcome varchar, p_output jsonb, p_error jsonb, p_logs jsonb, p_worker varchar,
+    p_started_at timestamptz, p_finished_at timestamptz
+) RETURNS bigint
+LANGUAGE plpgsql
+AS $record$
+DECLARE
+    owned uuid;
+    recorded bigint;
+BEGIN
+    IF p_change = 'next' THEN
+        UPDATE durable_run
+        SET step_index = p_step_index + 1, attempt = 1, context = p_context,
+            waiting_for = NULL, state = p_state
+        WHERE id = p_run AND fence = p_fence AND status = 'running'
+        RETURNING id INTO owned;
+    ELSIF p_change = 'last' THEN
+        UPDATE durable_run
+        SET step_index = p_step_index + 1, attempt = 1, context = p_context,
+            waiting_for = NULL, state = p_state, status = 'completed', result = p_output,
+            finished_at = p_finished_at, due_at = NULL, lease_expires_at = NULL
+        WHERE id = p_run AND fence = p_fence AND status = 'running'
+        RETURNING id INTO owned;
+    ELSIF p_change = 'retry' THEN
+        UPDATE durable_run
+        SET status = 'pending', attempt = p_attempt + 1, due_at = p_due_at,
+            worker_id = NULL, lease_expires_at = NULL, state = p_state
+        WHERE id = p_run AND fence = p_fence AND status = 'running'
+        RETURNING id INTO owned;
+    ELSIF p_change = 'failed' THEN
+        UPDATE durable_run
+        SET status = 'failed', error = p_error, finished_at = p_finished_at,
+            due_at = NULL, lease_expires_at = NULL, state = p_state
+        WHERE id = p_run AND fence = p_fence AND status = 'running'
+        RETURNING id INTO owned;
+    ELSE
+        RAISE EXCEPTION 'durable_record_step: unknown change %', p_change;
+    END IF;
+    IF owned IS NULL THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO durable_step_attempt (
+        run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
+        started_at, finished_at
+    ) VALUES (
+        owned, 'step', p_step, p_step_index, p_attempt, p_outcome, p_output, p_error,
+        p_logs, p_worker, p_started_at, p_finished_at
+    )
+    RETURNING id INTO recorded;
+    RETURN recorded;
+END
+$record$
 """
 
-# A step completed and the run goes on to the next one (still owned, still running).
-RECORD_STEP_COMPLETED = (
-    """
-WITH owned AS (
-    UPDATE durable_run
-    SET step_index = %(step_index)s + 1, attempt = 1, context = %(context)s::jsonb,
-        waiting_for = NULL, state = %(state)s::jsonb
-    WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
-    RETURNING id
-)"""
-    + _INSERT_ATTEMPT
+# The call of durable_record_step.
+RECORD_STEP = """
+SELECT durable_record_step(
+    %(change)s::text, %(run_id)s::uuid, %(fence)s::integer, %(step_index)s::integer,
+    %(context)s::jsonb, %(state)s::jsonb, %(due_at)s::timestamptz, %(step)s::varchar,
+    %(attempt)s::integer, %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb,
+    %(logs)s::jsonb, %(worker_id)s::varchar, %(started_at)s::timestamptz,
+    %(finished_at)s::timestamptz
 )
-
-# The last step completed: the run is completed, its result is the step's output.
-RECORD_LAST_STEP_COMPLETED = (
-    """
-WITH owned AS (
-    UPDATE durable_run
-    SET step_index = %(step_index)s + 1, attempt = 1, context = %(context)s::jsonb,
-        waiting_for = NULL, state = %(state)s::jsonb, status = 'completed',
-        result = %(output)s::jsonb, finished_at = %(finished_at)s, due_at = NULL,
-        lease_expires_at = NULL
-    WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
-    RETURNING id
-)"""
-    + _INSERT_ATTEMPT
-)
-
-# A step failed and has attempts left: the run is pending again, due at %(due_at)s.
-RECORD_STEP_RETRY = (
-    """
-WITH owned AS (
-    UPDATE durable_run
-    SET status = 'pending', attempt = %(attempt)s + 1, due_at = %(due_at)s,
-        worker_id = NULL, lease_expires_at = NULL, state = %(state)s::jsonb
-    WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
-    RETURNING id
-)"""
-    + _INSERT_ATTEMPT
-)
-
-# A step failed for good: so does the run.
-RECORD_STEP_FAILED = (
-    """
-WITH owned AS (
-    UPDATE durable_run
-    SET status = 'failed', error = %(error)s::jsonb, finished_at = %(finished_at)s,
-        due_at = NULL, lease_expires_at = NULL, state = %(state)s::jsonb
-    WHERE id = %(run_id)s AND fence = %(fence)s AND status = 'running'
-    RETURNING id
-)"""
-    + _INSERT_ATTEMPT
-)
+"""
 
 
 # A worker's record can meet a start, cancel or promotion of the same key in a deadlock
 # (the run's row against the key's unique index): PostgreSQL aborts one side, and the
 # aborted record is written again, not taken for the step's failure.
 @retry_deadlocks
-def _record(run: Run, statement: str, changes: dict[str, Any], attempt: StepAttempt) -> None:
+def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt) -> None:
     """Apply ``changes`` to the owned run and insert ``attempt``, all or nothing;
-    ``LeaseLost`` (nothing written) when the run is no longer this worker's."""
+    ``LeaseLost`` (nothing written) when the run is no longer this worker's. On
+    PostgreSQL in autocommit: durable_record_step with ``change`` (which of its
+    updates: it makes the same ``changes``)."""
     if is_postgres() and in_autocommit():
         params = {
+            "change": change,
             "run_id": run.id,
             "fence": run.fence,
             "step_index": run.step_index,
@@ -133,10 +147,10 @@ def _record(run: Run, statement: str, changes: dict[str, Any], attempt: StepAtte
             "started_at": attempt.started_at,
             "finished_at": attempt.finished_at,
         }
-        row = fetchone(statement, params)
-        if row is None:
+        (recorded,) = fetchone(RECORD_STEP, params)
+        if recorded is None:
             raise LeaseLost(run.id)
-        attempt.id = row[0]
+        attempt.id = recorded
         attempt._state.adding = False
         attempt._state.db = run._state.db
     else:
@@ -169,8 +183,7 @@ def record_step_completed(
             due_at=None,
             lease_expires_at=None,
         )
-    statement = RECORD_LAST_STEP_COMPLETED if last else RECORD_STEP_COMPLETED
-    _record(run, statement, changes, attempt)
+    _record(run, "last" if last else "next", changes, attempt)
 
 
 def record_step_failed(
@@ -187,7 +200,7 @@ def record_step_failed(
             "lease_expires_at": None,
             "state": run_state.between_steps(run.state),
         }
-        _record(run, RECORD_STEP_RETRY, changes, attempt)
+        _record(run, "retry", changes, attempt)
     else:
         changes = {
             "status": Status.FAILED,
@@ -197,7 +210,7 @@ def record_step_failed(
             "lease_expires_at": None,
             "state": run_state.between_steps(run.state),
         }
-        _record(run, RECORD_STEP_FAILED, changes, attempt)
+        _record(run, "failed", changes, attempt)
 
 
 @retry_deadlocks

@@ -1,0 +1,59 @@
+"""PostgreSQL plans of the store's statements, for the tests that check which index
+each one reads. A statement that calls one of the store's functions
+(store/functions.py) is explained as the statement in the function's body, with the
+call's arguments: that is what PostgreSQL plans and runs."""
+
+from __future__ import annotations
+
+import re
+
+from django.db import connection
+
+from django_durable.store import claims
+
+# Each function: its CREATE statement (for the arguments' names and types) and the
+# statement its body runs.
+FUNCTION_QUERIES = {
+    "durable_claim": (claims.CLAIM_FUNCTION, claims.CLAIM_QUERY),
+    "durable_next_due_at": (claims.NEXT_DUE_AT_FUNCTION, claims.NEXT_DUE_AT_QUERY),
+}
+
+
+def explain_function(create: str, query: str, values: list, *, generic: bool) -> str:
+    """The plan of ``query``, the statement in the body of the function ``create``
+    defines, for the arguments ``values``: its generic plan (the one the function
+    keeps for the session: it sets plan_cache_mode) or one planned for these values.
+    Each argument's name in ``query`` becomes its ``$n``, as the function binds it."""
+    signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
+    arguments = [argument.split() for argument in signature.split(",")]
+    numbered = query
+    for n, (name, _type) in enumerate(arguments, 1):
+        numbered = re.sub(rf"\b{name}\b", f"${n}", numbered)
+    types = ", ".join(type_ for _name, type_ in arguments)
+    mode = "force_generic_plan" if generic else "force_custom_plan"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET plan_cache_mode = {mode}")
+        cursor.execute(f"PREPARE explained({types}) AS {numbered}")
+        try:
+            placeholders = ", ".join(["%s"] * len(values))
+            cursor.execute(f"EXPLAIN EXECUTE explained({placeholders})", values)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE explained")
+            cursor.execute("RESET plan_cache_mode")
+
+
+def explain(sql: str, *, generic: bool = False) -> str:
+    """The plan of a statement as the cursor sent it (parameters inlined); for a
+    call of a store function, the plan of the function's statement with the call's
+    arguments (evaluated by a SELECT of the call's own argument list)."""
+    for name, (create, query) in FUNCTION_QUERIES.items():
+        call = re.search(rf"\b{name}\((.*)\)\s*$", sql.strip(), re.S)
+        if call is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT {call.group(1)}")
+                values = list(cursor.fetchone())
+            return explain_function(create, query, values, generic=generic)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}")
+        return "\n".join(row[0] for row in cursor.fetchall())
