@@ -48,7 +48,7 @@ class Finding:
 def checks() -> list[Finding]:
     """Every check, in the order a person on call would want them."""
     findings = [migrations()]
-    for check in (workers, workflows, notify, clock, pool, stuck_runs):
+    for check in (functions, workers, workflows, notify, clock, pool, stuck_runs):
         try:
             findings.extend(check())
         except DatabaseError as exc:
@@ -90,6 +90,26 @@ def migrations() -> Finding:
             {"pending": pending},
         )
     return Finding("migrations", False, "all migrations are applied")
+
+
+def functions() -> list[Finding]:
+    """The store's PL/pgSQL functions (PostgreSQL): each installed, with this version's
+    body. A missing one fails every start and claim."""
+    if not store.is_postgres():
+        return [Finding("functions", False, "none needed: the database is not PostgreSQL")]
+    outdated = store.outdated_functions()
+    if not outdated:
+        return [Finding("functions", False, "the store's functions are installed and current")]
+    listed = ", ".join(f"{name} ({state})" for name, state in sorted(outdated.items()))
+    return [
+        Finding(
+            "functions",
+            True,
+            f"the store's functions are not as this version defines them: {listed}",
+            "run: python manage.py migrate (migration 0013 installs them)",
+            {"outdated": outdated},
+        )
+    ]
 
 
 def live_workers() -> list[WorkerNode]:

@@ -11,6 +11,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable import conf, store
 from django_durable.models import Run, WorkerNode
+from django_durable.store.functions import install_functions
 from tests.worker_processes import WorkerPool, wait_until
 
 
@@ -25,6 +26,35 @@ def doctor(*args):
 
 def problems(findings):
     return {(f["check"], f["detail"]) for f in findings if f["problem"]}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_doctor_finds_a_store_function_missing_or_out_of_date():
+    """DDL is transactional on PostgreSQL: the test's transaction puts them back."""
+    _code, out = doctor("--json")
+    assert ("functions", True) not in {(f["check"], f["problem"]) for f in json.loads(out)}
+    with connection.cursor() as cursor:
+        cursor.execute("DROP FUNCTION durable_next_due_at")
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION durable_record_step(p_change text, p_run uuid, "
+            "p_fence integer, p_step_index integer, p_context jsonb, p_state jsonb, "
+            "p_due_at timestamptz, p_step varchar, p_attempt integer, p_outcome varchar, "
+            "p_output jsonb, p_error jsonb, p_logs jsonb, p_worker varchar, "
+            "p_started_at timestamptz, p_finished_at timestamptz) RETURNS bigint "
+            "LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"
+        )
+    _code, out = doctor("--json")
+    [found] = [f for f in json.loads(out) if f["check"] == "functions"]
+    assert found["problem"] and "migrate" in found["fix"]
+    assert found["data"]["outdated"] == {
+        "durable_next_due_at": "missing",
+        "durable_record_step": "out of date",
+    }
+    install_functions(connection)
+    _code, out = doctor("--json")
+    [found] = [f for f in json.loads(out) if f["check"] == "functions"]
+    assert not found["problem"], found
 
 
 @pytest.mark.slow
@@ -44,6 +74,7 @@ def test_doctor_on_a_healthy_setup_with_a_live_worker(tmp_path):
         checks = {f["check"] for f in findings}
         assert checks == {
             "migrations",
+            "functions",
             "workers",
             "workflows",
             "notify",

@@ -2,9 +2,10 @@
 index ``durable_run_one_holder_per_key``, and the claim finds due runs through the
 partial index ``durable_run_claim``.
 
-The statements explained are the ones a real start and a real claim sent
-(captured), on a table seeded with enough rows and ANALYZEd so the planner
-chooses by cost, as it would in production.
+The statements explained are the ones a real start and a real claim ran: the
+statements in the bodies of durable_start and durable_claim, with the arguments
+the calls sent (captured), on a table seeded with enough rows and ANALYZEd so the
+planner chooses by cost, as it would in production.
 """
 
 import re
@@ -13,13 +14,12 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
-from django_durable.store import claims
+from django_durable.store import claims, starts
 from tests.plans import explain_function
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -48,29 +48,16 @@ def seeded():
         cursor.execute("ANALYZE durable_run")
 
 
-def captured(fn) -> list[str]:
-    with CaptureQueriesContext(connection) as queries:
-        fn()
-    return [q["sql"] for q in queries.captured_queries]
-
-
-def explain(sql: str) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}")
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
 def test_the_start_path_uses_the_one_holder_per_key_index(seeded):
     durable.start("sync_account", {}, key="account:new")
-    statements = captured(lambda: durable.start("sync_account", {}, key="account:new"))
+    values = start_arguments(lambda: durable.start("sync_account", {}, key="account:new"))
 
-    # The insert meets the taken key; the next statement reads the holder.
-    [insert] = [s for s in statements if s.lstrip().startswith("INSERT INTO durable_run")]
-    [holder] = [s for s in statements if s.lstrip().startswith("WITH holder AS")]
+    # durable_start's insert meets the taken key; its next statement reads the holder.
     # Without a conflict target every unique index arbitrates: a probe, never a scan;
     # the holder is read through the partial unique index.
-    assert "Conflict Resolution: NOTHING" in explain(insert)
-    plan = explain(holder)
+    insert = explain_function(starts.START_FUNCTION, starts.START_INSERT, values, generic=False)
+    assert "Conflict Resolution: NOTHING" in insert, insert
+    plan = explain_function(starts.START_FUNCTION, starts.HOLDER_AND_NOTE, values, generic=False)
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -154,11 +141,22 @@ def generic_plan_of(fn, starting: str) -> str:
     return explain_generic(sql, params)
 
 
+def start_arguments(fn) -> list:
+    """The arguments of the one call of durable_start that ``fn`` sends."""
+    [values] = [params for sql, params in sent(fn) if "durable_start(" in sql]
+    return values
+
+
+def generic_holder_plan(fn) -> str:
+    """The generic plan (the one durable_start keeps) of the holder look-up of the
+    start ``fn`` sends."""
+    values = start_arguments(fn)
+    return explain_function(starts.START_FUNCTION, starts.HOLDER_AND_NOTE, values, generic=True)
+
+
 def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
     durable.start("sync_account", {}, key="account:generic")
-    plan = generic_plan_of(
-        lambda: durable.start("sync_account", {}, key="account:generic"), "WITH holder AS"
-    )
+    plan = generic_holder_plan(lambda: durable.start("sync_account", {}, key="account:generic"))
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -204,9 +202,7 @@ def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
         )
         for n in range(SEEDED)
     )
-    plan = generic_plan_of(
-        lambda: durable.start("sync_account", {}, key="account:7"), "WITH holder AS"
-    )
+    plan = generic_holder_plan(lambda: durable.start("sync_account", {}, key="account:7"))
     # An index that starts with (workflow, key): the unique one, or, while the
     # statistics say holders are rare, the index of every keyed run, which reads
     # only that key's runs.

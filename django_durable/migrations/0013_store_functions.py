@@ -1,6 +1,6 @@
-"""The store's PL/pgSQL functions on PostgreSQL (store/functions.py): the worker's
-claim, its next-due look-up and a step's record, planned once per database session.
-Nothing on other databases."""
+"""The store's PL/pgSQL functions on PostgreSQL (store/functions.py): a start, the
+worker's claim, its next-due look-up and a step's record, planned once per database
+session. Nothing on other databases."""
 
 from django.db import migrations
 

@@ -67,6 +67,9 @@ from django_durable.store.diagnostics import (
     listening_sessions,
     notify_round_trip,
 )
+from django_durable.store.functions import (
+    outdated_functions,
+)
 from django_durable.store.holders import (
     active_children,
     cancel_run,
@@ -182,6 +185,7 @@ __all__ = [
     "next_due_at",
     "notify_due",
     "notify_round_trip",
+    "outdated_functions",
     "notify_runs_due",
     "now",
     "open_listener",

@@ -119,7 +119,7 @@ def in_autocommit() -> bool:
 
 # PostgreSQL's "deadlock detected": it aborted this transaction to let another go on.
 DEADLOCK_SQLSTATE = "40P01"
-DEADLOCK_ATTEMPTS = 5
+DEADLOCK_ATTEMPTS = 8
 
 
 P = ParamSpec("P")
@@ -134,7 +134,8 @@ def is_deadlock(exc: BaseException) -> bool:
 
 
 def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` again (up to 5 times, after a short random pause) when PostgreSQL
+    """Run ``fn`` again (up to 8 attempts in all, after a random pause that grows with
+    each: two transactions that met once often meet again at once) when PostgreSQL
     broke a deadlock by aborting its transaction: the other transaction went on, so
     this one meets no lock the next time. Only where ``fn`` owns its transaction: a
     caller's own ``atomic()`` block is aborted as a whole, and the error is theirs."""
@@ -147,7 +148,7 @@ def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
             except OperationalError as exc:
                 if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc) or db().in_atomic_block:
                     raise
-            time.sleep(random.uniform(0.001, 0.01 * attempt))
+            time.sleep(random.uniform(0.001, min(0.002 * 2**attempt, 0.2)))
         raise AssertionError("unreachable")
 
     return retrying

@@ -90,60 +90,128 @@ ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# INSERT_RUN on PostgreSQL, waking an idle worker when the new run is due now
-# (%(wake)s): the NOTIFY is in RETURNING, so it is sent only if the row went in,
-# and delivered at commit. A plain INSERT is the cheapest statement to plan, which
-# matters more than anything else here for a start of a new key (the usual one).
-INSERT_RUN_AND_WAKE = """
+# The holder of a key that the start's insert found taken, and the duplicate's
+# activity row, in one statement: the second statement of durable_start (below),
+# whose arguments (p_ names) it reads. ``holder`` reads it through the unique index
+# durable_run_one_holder_per_key (no row: it finished and let the key go since);
+# ``note`` records the duplicate only when the holder is in a state in which the
+# start just answers (p_answers: 'status:picked_up' strings, from
+# keys.holder_answers; empty when the caller records the duplicate itself).
+HOLDER_AND_NOTE = """
+WITH holder AS (
+    SELECT h.id, h.workflow, h.queue, h.status, h.input, h."key", h.holds_key, h.due_at,
+           h.debounce_deadline, h.started_at
+    FROM durable_run AS h
+    WHERE h.workflow = p_workflow AND h."key" = p_key AND h.holds_key
+),
+note AS (
+    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
+    SELECT 'key_duplicate', holder.id, holder.workflow, holder."key",
+           jsonb_build_object(
+               'key', holder."key", 'workflow', holder.workflow,
+               'outcome', p_outcome,
+               'input_changed', holder.input IS DISTINCT FROM p_note_input,
+               'input', p_note_input),
+           p_created_at
+    FROM holder
+    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text = ANY (p_answers)
+    RETURNING 1
+)
+SELECT false, holder.id, holder.workflow, holder.queue, holder.status, holder.input,
+       holder."key", holder.holds_key, holder.due_at, holder.debounce_deadline,
+       holder.started_at, EXISTS (SELECT 1 FROM note),
+       holder.input IS DISTINCT FROM p_note_input
+FROM holder
+"""
+
+# The insert of a start (PostgreSQL), the first statement of durable_start (below),
+# from its arguments: every column of the run, unless that breaks a key constraint.
+START_INSERT = """
 INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at
 ) VALUES (
-    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
-    %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
-    %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
-    %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
-    %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s
+    p_id, p_workflow, p_queue, p_status, p_priority, p_input, p_context, p_result,
+    p_error, p_key, p_holds_key, p_runs_after_id, p_parent_id, p_step_index,
+    p_attempt, p_due_at, p_timeout_at, p_debounce_deadline, p_waiting_for, p_state,
+    p_worker_id, p_lease_expires_at, p_fence, p_recoveries, p_step_names,
+    p_trace_context, p_created_at, p_started_at, p_finished_at
 )
 ON CONFLICT DO NOTHING
-RETURNING id,
-    CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END
 """
 
-# The holder of a key that an insert found taken, and the duplicate's activity row
-# (PostgreSQL), in one statement. ``holder`` reads it through the unique index
-# durable_run_one_holder_per_key (no row: it finished and let the key go since);
-# ``noted`` records the duplicate only when the holder is in a state in which the
-# start just answers (%(answers)s: 'status:picked_up' strings, from
-# keys.holder_answers; empty when the caller records the duplicate itself).
-HOLDER_AND_NOTE = """
-WITH holder AS (
-    SELECT id, workflow, queue, status, input, "key", holds_key, due_at, debounce_deadline,
-           started_at
-    FROM durable_run
-    WHERE workflow = %(workflow)s AND "key" = %(key)s AND holds_key
-),
-noted AS (
-    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
-    SELECT 'key_duplicate', holder.id, holder.workflow, holder.key,
-           jsonb_build_object(
-               'key', holder.key, 'workflow', holder.workflow,
-               'outcome', %(outcome)s::text,
-               'input_changed', holder.input IS DISTINCT FROM %(input)s::jsonb,
-               'input', %(input)s::jsonb),
-           %(created_at)s
-    FROM holder
-    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text
-          = ANY (%(answers)s::text[])
-    RETURNING 1
+# A start on PostgreSQL, in one round trip whether the key is free or taken: a
+# function (installed by migration 0013 through store.functions), so its two
+# statements are planned once per database session, not at every start.
+# It inserts the run unless that breaks a key constraint (ON CONFLICT DO NOTHING:
+# a taken key is an answer, never an error that would abort the caller's
+# transaction); a run that went in and is due now (p_wake) wakes an idle worker
+# with a NOTIFY, delivered at commit. Otherwise, for a keyed run, HOLDER_AND_NOTE
+# runs as a statement of its own, so in READ COMMITTED it sees a holder that
+# committed while the insert waited for it. One row: (true, NULLs) for a run that
+# went in, or (false, the holder's columns, noted, input_changed); no row when
+# nothing went in and no run holds the key any more.
+START_FUNCTION = (
+    """
+CREATE OR REPLACE FUNCTION durable_start(
+    p_id uuid, p_workflow varchar, p_queue varchar, p_status varchar, p_priority integer,
+    p_input jsonb, p_context jsonb, p_result jsonb, p_error jsonb, p_key varchar,
+    p_holds_key boolean, p_runs_after_id uuid, p_parent_id uuid, p_step_index integer,
+    p_attempt integer, p_due_at timestamptz, p_timeout_at timestamptz,
+    p_debounce_deadline timestamptz, p_waiting_for varchar, p_state jsonb,
+    p_worker_id varchar, p_lease_expires_at timestamptz, p_fence integer,
+    p_recoveries integer, p_step_names jsonb, p_trace_context jsonb,
+    p_created_at timestamptz, p_started_at timestamptz, p_finished_at timestamptz,
+    p_wake boolean, p_channel text, p_outcome text, p_note_input jsonb, p_answers text[]
+) RETURNS TABLE (
+    inserted boolean, id uuid, workflow varchar, queue varchar, status varchar,
+    input jsonb, "key" varchar, holds_key boolean, due_at timestamptz,
+    debounce_deadline timestamptz, started_at timestamptz, noted boolean,
+    input_changed boolean
 )
-SELECT holder.id, holder.workflow, holder.queue, holder.status, holder.input, holder.key,
-       holder.holds_key, holder.due_at, holder.debounce_deadline, holder.started_at,
-       EXISTS (SELECT 1 FROM noted), holder.input IS DISTINCT FROM %(input)s::jsonb
-FROM holder
+LANGUAGE plpgsql
+AS $start$
+BEGIN
+"""
+    + START_INSERT
+    + """;
+    IF FOUND THEN
+        IF p_wake THEN
+            PERFORM pg_notify(p_channel, p_queue);
+        END IF;
+        inserted := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_key IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY"""
+    + HOLDER_AND_NOTE
+    + """;
+END
+$start$
+"""
+)
+
+# The call of durable_start: the run's columns (RUN_COLUMNS' parameters), then the
+# NOTIFY's and the duplicate note's.
+START = """
+SELECT * FROM durable_start(
+    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
+    %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
+    %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
+    %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
+    %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
+    %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
+    %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
+    %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
+    %(created_at)s::timestamptz, %(started_at)s::timestamptz,
+    %(finished_at)s::timestamptz, %(wake)s::boolean, %(channel)s::text,
+    %(outcome)s::text, %(note_input)s::jsonb, %(answers)s::text[]
+)
 """
 
 # Hand a finished holder's key to a new run (PostgreSQL), all or nothing, in one
@@ -257,10 +325,10 @@ def insert_run(run: Run) -> bool:
 def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
-    On PostgreSQL: INSERT_RUN_AND_WAKE (it also wakes a worker), then, only if the
-    key was taken, HOLDER_AND_NOTE, which with ``note`` also records the duplicate
-    when the holder answers it. Elsewhere INSERT_RUN then ``get_holder``, no NOTIFY,
-    and the caller records the duplicate itself.
+    On PostgreSQL one statement, START (durable_start: it also wakes a worker, and
+    with ``note`` records the duplicate when the holder answers it). Elsewhere
+    INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the duplicate
+    itself.
     """
     if not is_postgres():
         if insert_run(run):
@@ -269,21 +337,18 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
         return InsertOrHolder(False, holder)
     params = _run_params(run)
     params.update(_wake(run))
-    if fetchone(INSERT_RUN_AND_WAKE, params) is not None:
-        _inserted(run)
-        return InsertOrHolder(True)
-    if run.key is None:
-        return InsertOrHolder(False)
-    looked_up = {"workflow": run.workflow, "key": run.key, "created_at": now()}
     if note is not None:
         answers = [f"{status}:{str(picked).lower()}" for status, picked in note.holder_states]
-        looked_up.update(outcome=note.outcome, input=as_json(note.input), answers=answers)
+        params.update(outcome=note.outcome, note_input=as_json(note.input), answers=answers)
     else:
-        looked_up.update(outcome=None, input=as_json(run.input), answers=[])
-    row = fetchone(HOLDER_AND_NOTE, looked_up)
+        params.update(outcome=None, note_input=as_json(run.input), answers=[])
+    row = fetchone(START, params)
     if row is None:
         return InsertOrHolder(False)
-    holder = from_row(Run, HOLDER_ATTNAMES, row[:-2])
+    if row[0]:
+        _inserted(run)
+        return InsertOrHolder(True)
+    holder = from_row(Run, HOLDER_ATTNAMES, row[1:-2])
     return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
 
 
