@@ -24,8 +24,9 @@ FUNCTION_QUERIES = {
 def explain_function(create: str, query: str, values: list, *, generic: bool) -> str:
     """The plan of ``query``, the statement in the body of the function ``create``
     defines, for the arguments ``values``: its generic plan (the one the function
-    keeps for the session: it sets plan_cache_mode) or one planned for these values.
-    Each argument's name in ``query`` becomes its ``$n``, as the function binds it."""
+    keeps for the session: it sets plan_cache_mode) or one planned for these values,
+    under the settings the function sets for itself (``SET jit = off``). Each
+    argument's name in ``query`` becomes its ``$n``, as the function binds it."""
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
     numbered = query
@@ -33,7 +34,11 @@ def explain_function(create: str, query: str, values: list, *, generic: bool) ->
         numbered = re.sub(rf"\b{name}\b", f"${n}", numbered)
     types = ", ".join(type_ for _name, type_ in arguments)
     mode = "force_generic_plan" if generic else "force_custom_plan"
+    header = re.split(r"^AS \$", create, maxsplit=1, flags=re.M)[0]
+    settings = re.findall(r"^SET (\w+) = (\w+)$", header, re.M)
     with connection.cursor() as cursor:
+        for name, value in settings:
+            cursor.execute(f"SET {name} = {value}")
         cursor.execute(f"SET plan_cache_mode = {mode}")
         cursor.execute(f"PREPARE explained({types}) AS {numbered}")
         try:
@@ -42,7 +47,8 @@ def explain_function(create: str, query: str, values: list, *, generic: bool) ->
             return "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("DEALLOCATE explained")
-            cursor.execute("RESET plan_cache_mode")
+            for name in {"plan_cache_mode", *(name for name, _value in settings)}:
+                cursor.execute(f"RESET {name}")
 
 
 def explain(sql: str, *, generic: bool = False) -> str:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from django_durable import store
 from django_durable.models import Run, Status
-from tests.plans import explain
+from tests.plans import FUNCTION_QUERIES, explain, explain_function
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -91,3 +91,23 @@ def test_the_next_due_time_is_found_priority_by_priority(backlog):
         store.next_due_at(None)
         == Run.objects.filter(status=Status.PENDING).order_by("due_at")[0].due_at
     )
+
+
+@pytest.mark.parametrize("name", ["durable_claim", "durable_next_due_at"])
+def test_the_claim_and_the_next_due_time_are_never_compiled_by_jit(backlog, name):
+    """Their generic plans do not know how many runs are wanted, so they estimate a
+    backlog's worth: a cost above jit_above_cost. Each function turns JIT off for
+    itself; compiling at every call cost hundreds of milliseconds a claim."""
+    if name == "durable_claim":
+        values = [None, 10, [], [], None, [], "explain", timedelta(minutes=1)]
+    else:
+        values = [None, 1, [], []]
+    create, query = FUNCTION_QUERIES[name]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit_above_cost = 0")  # every plan would be compiled
+        cursor.execute("SELECT pg_jit_available()")
+        (jit_available,) = cursor.fetchone()
+    assert "JIT" not in explain_function(create, query, values, generic=True)
+    if jit_available:  # without the function's own setting, the plan would be compiled
+        without = create.replace("SET jit = off\n", "")
+        assert "JIT" in explain_function(without, query, values, generic=True)

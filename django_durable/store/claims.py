@@ -139,7 +139,10 @@ RETURNING durable_run.*
 # store.functions). A function keeps the plan of its statement for the life of the
 # database session: a worker's claim is planned once, not at every call (planning
 # this statement costs several times what running it does). The generic plan is
-# the one the claim index was built for (tests/test_explain.py shows it).
+# the one the claim index was built for (tests/test_explain.py shows it). Not
+# knowing p_limit, it estimates a backlog's worth of picked rows, a cost above
+# jit_above_cost: without "jit = off" PostgreSQL would compile the plan to machine
+# code at every call, hundreds of milliseconds for a statement that runs in one.
 CLAIM_FUNCTION = (
     """
 CREATE OR REPLACE FUNCTION durable_claim(
@@ -148,6 +151,7 @@ CREATE OR REPLACE FUNCTION durable_claim(
 ) RETURNS SETOF durable_run
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $claim$
 BEGIN
     RETURN QUERY
@@ -255,8 +259,9 @@ WHERE open_queues.room > 0
 """
 )
 
-# NEXT_DUE_AT as a function, its plan kept per session like durable_claim's: an idle
-# worker asks it after every claim that did not fill its threads.
+# NEXT_DUE_AT as a function, its plan kept per session like durable_claim's (and
+# like it never compiled by JIT): an idle worker asks it after every claim that did
+# not fill its threads.
 NEXT_DUE_AT_FUNCTION = (
     """
 CREATE OR REPLACE FUNCTION durable_next_due_at(
@@ -264,6 +269,7 @@ CREATE OR REPLACE FUNCTION durable_next_due_at(
 ) RETURNS timestamptz
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+SET jit = off
 AS $next_due$
 BEGIN
     RETURN (
