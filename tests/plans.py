@@ -33,14 +33,24 @@ def explain_function(create: str, query: str, values: list, *, generic: bool) ->
     for n, (name, _type) in enumerate(arguments, 1):
         numbered = re.sub(rf"\b{name}\b", f"${n}", numbered)
     types = ", ".join(type_ for _name, type_ in arguments)
-    mode = "force_generic_plan" if generic else "force_custom_plan"
     header = re.split(r"^AS \$", create, maxsplit=1, flags=re.M)[0]
     settings = re.findall(r"^SET (\w+) = (\w+)$", header, re.M)
+    return explain_prepared(numbered, values, types=types, settings=settings, generic=generic)
+
+
+def explain_prepared(
+    sql: str, values: list, *, types: str = "", settings=(), generic: bool = True
+) -> str:
+    """The plan of ``sql`` (``$n`` placeholders) as a prepared statement executed with
+    ``values``: its generic plan, which PostgreSQL plans once for any values (what a
+    function, or a project that prepares statements, runs after the first
+    executions), or one planned for these values; under ``settings`` (name, value)."""
+    mode = "force_generic_plan" if generic else "force_custom_plan"
     with connection.cursor() as cursor:
         for name, value in settings:
             cursor.execute(f"SET {name} = {value}")
         cursor.execute(f"SET plan_cache_mode = {mode}")
-        cursor.execute(f"PREPARE explained({types}) AS {numbered}")
+        cursor.execute(f"PREPARE explained{f'({types})' if types else ''} AS {sql}")
         try:
             placeholders = ", ".join(["%s"] * len(values))
             cursor.execute(f"EXPLAIN EXECUTE explained({placeholders})", values)

@@ -20,7 +20,7 @@ import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
 from django_durable.store import claims, starts
-from tests.plans import explain_function
+from tests.plans import explain_function, explain_prepared
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -73,16 +73,7 @@ def test_the_claim_uses_the_claim_index(seeded):
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
     for queues in (None, ["default"], ["default", "other"]):
-        [(call, values)] = [
-            (sql, params)
-            for sql, params in sent(
-                lambda queues=queues: store.claim(
-                    worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
-                )
-            )
-            if "durable_claim(" in sql
-        ]
-        plan = explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=False)
+        plan = claim_plan(queues, generic=False)
         # Per queue served, the oldest due runs through the claim index (a worker of
         # every queue finds the queues through it too); only the few picked are sorted.
         assert "durable_run_claim" in plan, plan
@@ -118,33 +109,32 @@ def sent(fn) -> list[tuple[str, list]]:
     return seen
 
 
-def explain_generic(sql: str, params: list) -> str:
-    """The plan of ``sql`` as a prepared statement that PostgreSQL plans once for any
-    values (its generic plan), which is what a worker or a web process runs after the
-    first executions."""
-    numbered = sql
-    with connection.cursor() as cursor:
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE explained AS {numbered}")
-        try:
-            arguments = ", ".join(["%s"] * len(params))
-            cursor.execute(f"EXPLAIN EXECUTE explained({arguments})", params)
-            return "\n".join(row[0] for row in cursor.fetchall())
-        finally:
-            cursor.execute("DEALLOCATE explained")
-            cursor.execute("RESET plan_cache_mode")
-
-
 def generic_plan_of(fn, starting: str) -> str:
     """The generic plan of the one statement ``fn`` sends that starts with ``starting``."""
     [(sql, params)] = [(sql, params) for sql, params in sent(fn) if sql.startswith(starting)]
-    return explain_generic(sql, params)
+    return explain_prepared(sql, params)
+
+
+def call_arguments(fn, function: str) -> list:
+    """The arguments of the one call of the store function ``function`` that ``fn``
+    sends."""
+    [values] = [params for sql, params in sent(fn) if f"{function}(" in sql]
+    return values
 
 
 def start_arguments(fn) -> list:
-    """The arguments of the one call of durable_start that ``fn`` sends."""
-    [values] = [params for sql, params in sent(fn) if "durable_start(" in sql]
-    return values
+    return call_arguments(fn, "durable_start")
+
+
+def claim_plan(queues, *, generic: bool) -> str:
+    """The plan of the statement in durable_claim, for a real claim of ``queues``."""
+    values = call_arguments(
+        lambda: store.claim(
+            worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
+        ),
+        "durable_claim",
+    )
+    return explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=generic)
 
 
 def generic_holder_plan(fn) -> str:
@@ -162,16 +152,7 @@ def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):
 
     durable.start("sync_account", {"n": 1})
     for queues in (None, ["default"]):
-        [(call, values)] = [
-            (sql, params)
-            for sql, params in sent(
-                lambda queues=queues: store.claim(
-                    worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
-                )
-            )
-            if "durable_claim(" in sql
-        ]
-        plan = explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=True)
+        plan = claim_plan(queues, generic=True)
         # The claimable statuses are literals in the statement, so even the generic
         # plan (the one durable_claim keeps for its session) can tell that the
         # partial claim index covers them.

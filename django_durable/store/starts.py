@@ -196,11 +196,10 @@ $start$
 """
 )
 
-# The call of durable_start: the run's columns (RUN_COLUMNS' parameters), then the
-# NOTIFY's and the duplicate note's.
-START = """
-SELECT * FROM durable_start(
-    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
+# Every column of a new run as a typed parameter, in RUN_COLUMNS' order: the
+# arguments of durable_start, and the SELECT list of HAND_OFF's insert (a SELECT
+# list takes no types from the target columns, hence the casts).
+_RUN_VALUES = """    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
     %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
     %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
     %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
@@ -209,10 +208,21 @@ SELECT * FROM durable_start(
     %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
     %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
     %(created_at)s::timestamptz, %(started_at)s::timestamptz,
-    %(finished_at)s::timestamptz, %(wake)s::boolean, %(channel)s::text,
+    %(finished_at)s::timestamptz"""
+
+# The call of durable_start: the run's columns (_RUN_VALUES), then the NOTIFY's and
+# the duplicate note's.
+START = (
+    """
+SELECT * FROM durable_start(
+"""
+    + _RUN_VALUES
+    + """,
+    %(wake)s::boolean, %(channel)s::text,
     %(outcome)s::text, %(note_input)s::jsonb, %(answers)s::text[]
 )
 """
+)
 
 # Hand a finished holder's key to a new run (PostgreSQL), all or nothing, in one
 # statement: ``released`` lets the key go if the holder still holds it in the status
@@ -220,9 +230,9 @@ SELECT * FROM durable_start(
 # index of holders, which stale statistics once made the planner scan whole);
 # ``new`` inserts the run only if that happened (the released version no longer
 # counts for the unique index within the statement); ``noted`` records the hand-off;
-# and the NOTIFY wakes a worker. A SELECT list takes no types from the target
-# columns, hence the casts.
-HAND_OFF = """
+# and the NOTIFY wakes a worker.
+HAND_OFF = (
+    """
 WITH released AS (
     UPDATE durable_run SET holds_key = false
     WHERE id = %(holder_id)s AND holds_key IS NOT FALSE AND status = %(holder_status)s
@@ -236,16 +246,10 @@ new AS (
         lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
         started_at, finished_at
     )
-    SELECT %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
-           %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
-           %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
-           %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
-           %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
-           %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
-           %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
-           %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, %(started_at)s::timestamptz,
-           %(finished_at)s::timestamptz
+    SELECT
+"""
+    + _RUN_VALUES
+    + """
     WHERE EXISTS (SELECT 1 FROM released)
     RETURNING id
 ),
@@ -259,6 +263,7 @@ SELECT CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL E
        EXISTS (SELECT 1 FROM noted)
 FROM new
 """
+)
 
 # The holder columns HOLDER_AND_NOTE returns, in the model's field order (the
 # fields holders.get_holder reads).
