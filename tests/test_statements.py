@@ -2,6 +2,7 @@
 Django's cursor: what an APM or the debug toolbar hooks sees each one."""
 
 import re
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -21,14 +22,42 @@ def test_the_statements_name_every_column_of_the_runs_table():
     assert columns == starts.RUN_COLUMNS
     attnames = tuple(field.attname for field in Run._meta.concrete_fields)
     assert attnames == claims.CLAIMED_COLUMNS
-    for statement in (starts.INSERT_RUN, starts.START, starts.HAND_OFF):
+    for statement in (starts.INSERT_RUN, starts.HAND_OFF):
         for column in columns:
             assert f"%({column})s" in statement, (column, statement[:60])
-    # durable_start takes each column as its argument p_<column> and inserts it.
+    # durable_start takes the columns a start sets as arguments p_<column>, typed as
+    # the table's columns, and inserts every column.
+    assert set(starts.START_COLUMNS) <= set(columns)
+    types = {f.column: f.db_type(connection) for f in Run._meta.concrete_fields}
     inserted = starts.START_INSERT.split("VALUES", 1)[1]
-    for column in columns:
-        assert f"p_{column} " in starts.START_FUNCTION, column
+    for column, sql_type in starts.START_COLUMNS.items():
+        assert f"%({column})s::{sql_type}" in starts.START, column
+        assert f"p_{column} {sql_type}" in starts.START_FUNCTION, column
         assert re.search(rf"\bp_{column}\b", inserted), column
+        if connection.vendor == "postgresql":
+            declared = types[column].split("(")[0]
+            assert declared.replace("timestamp with time zone", "timestamptz") == sql_type, column
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_durable_start_gives_the_other_columns_a_new_runs_defaults():
+    """The columns durable_start writes as constants are those of a new Run."""
+    run_id = durable.start(SyncAccount, {"n": 1}, key="defaults:1")
+    stored = Run.objects.get(id=run_id)
+    fresh = Run()
+    for field in Run._meta.concrete_fields:
+        if field.column not in starts.START_COLUMNS:
+            assert getattr(stored, field.attname) == getattr(fresh, field.attname), field.name
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_durable_start_refuses_a_run_with_a_column_it_would_not_store():
+    run = Run(id=uuid.uuid4(), workflow="sync_account", queue="default", attempt=3)
+    with pytest.raises(ValueError, match="attempt"):
+        store.insert_or_get_holder(run)
+    assert not Run.objects.filter(id=run.id).exists()
 
 
 def test_the_holder_columns_are_those_a_holder_is_read_with():

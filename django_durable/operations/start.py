@@ -198,7 +198,7 @@ def _start_keyed_alone(
     caller goes on from there in a transaction.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
-    note = _duplicate_note(workflow, policy, payload)
+    note = _duplicate_note(workflow, policy)
     found = store.insert_or_get_holder(run, note=note)
     if found.inserted:
         _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
@@ -241,14 +241,14 @@ def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | No
     return _answered_by(holder, note.outcome)
 
 
-def _duplicate_note(workflow, policy, payload: dict) -> store.DuplicateNote | None:
+def _duplicate_note(workflow, policy) -> store.DuplicateNote | None:
     """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
     if policy not in ("use_existing", "error"):
         return None
     states = keys.holder_answers(
         reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
     )
-    return store.DuplicateNote(policy, states, payload)
+    return store.DuplicateNote(policy, states)
 
 
 def _decide(workflow, policy, holder: Run) -> Action:
@@ -275,7 +275,7 @@ def _start_keyed(
     outcome_if_inserted = "started"
     changes = 0
     seen: uuid.UUID | None = None
-    note = _duplicate_note(workflow, policy, payload)
+    note = _duplicate_note(workflow, policy)
     while True:
         if found is None:
             found = store.insert_or_get_holder(run, note=note)

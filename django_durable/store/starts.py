@@ -11,6 +11,7 @@ waits for it to commit (then does nothing) or roll back (then inserts).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any, NamedTuple
 
@@ -110,8 +111,8 @@ note AS (
            jsonb_build_object(
                'key', holder."key", 'workflow', holder.workflow,
                'outcome', p_outcome,
-               'input_changed', holder.input IS DISTINCT FROM p_note_input,
-               'input', p_note_input),
+               'input_changed', holder.input IS DISTINCT FROM p_input,
+               'input', p_input),
            p_created_at
     FROM holder
     WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text = ANY (p_answers)
@@ -120,12 +121,35 @@ note AS (
 SELECT false, holder.id, holder.workflow, holder.queue, holder.status, holder.input,
        holder."key", holder.holds_key, holder.due_at, holder.debounce_deadline,
        holder.started_at, EXISTS (SELECT 1 FROM note),
-       holder.input IS DISTINCT FROM p_note_input
+       holder.input IS DISTINCT FROM p_input
 FROM holder
 """
 
-# The insert of a start (PostgreSQL), the first statement of durable_start (below),
-# from its arguments: every column of the run, unless that breaks a key constraint.
+# The columns a start gives a new run (the arguments of durable_start, with their
+# types); every other column begins as a new Run's default, which START_INSERT
+# writes as a constant (tests/test_statements.py compares them with the model's).
+START_COLUMNS = {
+    "id": "uuid",
+    "workflow": "varchar",
+    "queue": "varchar",
+    "priority": "integer",
+    "input": "jsonb",
+    "context": "jsonb",
+    "key": "varchar",
+    "holds_key": "boolean",
+    "runs_after_id": "uuid",
+    "parent_id": "uuid",
+    "due_at": "timestamptz",
+    "timeout_at": "timestamptz",
+    "debounce_deadline": "timestamptz",
+    "step_names": "jsonb",
+    "trace_context": "jsonb",
+    "created_at": "timestamptz",
+}
+
+# The insert of a start (PostgreSQL), the first statement of durable_start (below):
+# a new run from its arguments (START_COLUMNS) and a new run's defaults, unless that
+# breaks a key constraint.
 START_INSERT = """
 INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
@@ -133,18 +157,17 @@ INSERT INTO durable_run (
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at
 ) VALUES (
-    p_id, p_workflow, p_queue, p_status, p_priority, p_input, p_context, p_result,
-    p_error, p_key, p_holds_key, p_runs_after_id, p_parent_id, p_step_index,
-    p_attempt, p_due_at, p_timeout_at, p_debounce_deadline, p_waiting_for, p_state,
-    p_worker_id, p_lease_expires_at, p_fence, p_recoveries, p_step_names,
-    p_trace_context, p_created_at, p_started_at, p_finished_at
+    p_id, p_workflow, p_queue, 'pending', p_priority, p_input, p_context, NULL, NULL, p_key,
+    p_holds_key, p_runs_after_id, p_parent_id, 0, 1, p_due_at, p_timeout_at,
+    p_debounce_deadline, NULL, '{}', NULL, NULL, 0,
+    0, p_step_names, p_trace_context, p_created_at, NULL, NULL
 )
 ON CONFLICT DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migration 0013 through store.functions), so its two
-# statements are planned once per database session, not at every start.
+# function (installed by migrations 0013 and 0014 through store.functions), so its
+# two statements are planned once per database session, not at every start.
 # It inserts the run unless that breaks a key constraint (ON CONFLICT DO NOTHING:
 # a taken key is an answer, never an error that would abort the caller's
 # transaction); a run that went in and is due now (p_wake) wakes an idle worker
@@ -156,15 +179,11 @@ ON CONFLICT DO NOTHING
 START_FUNCTION = (
     """
 CREATE OR REPLACE FUNCTION durable_start(
-    p_id uuid, p_workflow varchar, p_queue varchar, p_status varchar, p_priority integer,
-    p_input jsonb, p_context jsonb, p_result jsonb, p_error jsonb, p_key varchar,
-    p_holds_key boolean, p_runs_after_id uuid, p_parent_id uuid, p_step_index integer,
-    p_attempt integer, p_due_at timestamptz, p_timeout_at timestamptz,
-    p_debounce_deadline timestamptz, p_waiting_for varchar, p_state jsonb,
-    p_worker_id varchar, p_lease_expires_at timestamptz, p_fence integer,
-    p_recoveries integer, p_step_names jsonb, p_trace_context jsonb,
-    p_created_at timestamptz, p_started_at timestamptz, p_finished_at timestamptz,
-    p_wake boolean, p_channel text, p_outcome text, p_note_input jsonb, p_answers text[]
+    p_id uuid, p_workflow varchar, p_queue varchar, p_priority integer, p_input jsonb,
+    p_context jsonb, p_key varchar, p_holds_key boolean, p_runs_after_id uuid, p_parent_id uuid,
+    p_due_at timestamptz, p_timeout_at timestamptz, p_debounce_deadline timestamptz,
+    p_step_names jsonb, p_trace_context jsonb, p_created_at timestamptz,
+    p_wake boolean, p_channel text, p_outcome text, p_answers text[]
 ) RETURNS TABLE (
     inserted boolean, id uuid, workflow varchar, queue varchar, status varchar,
     input jsonb, "key" varchar, holds_key boolean, due_at timestamptz,
@@ -196,33 +215,18 @@ $start$
 """
 )
 
-# Every column of a new run as a typed parameter, in RUN_COLUMNS' order: the
-# arguments of durable_start, and the SELECT list of HAND_OFF's insert (a SELECT
-# list takes no types from the target columns, hence the casts).
-_RUN_VALUES = """    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
-    %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
-    %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
-    %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
-    %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
-    %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
-    %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
-    %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-    %(created_at)s::timestamptz, %(started_at)s::timestamptz,
-    %(finished_at)s::timestamptz"""
-
-# The call of durable_start: the run's columns (_RUN_VALUES), then the NOTIFY's and
-# the duplicate note's.
-START = (
-    """
+# The call of durable_start: the run's columns (START_COLUMNS), then the NOTIFY's
+# and the duplicate note's (the note's input is the run's: it goes once).
+START = """
 SELECT * FROM durable_start(
-"""
-    + _RUN_VALUES
-    + """,
-    %(wake)s::boolean, %(channel)s::text,
-    %(outcome)s::text, %(note_input)s::jsonb, %(answers)s::text[]
+    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(priority)s::integer,
+    %(input)s::jsonb, %(context)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean,
+    %(runs_after_id)s::uuid, %(parent_id)s::uuid, %(due_at)s::timestamptz,
+    %(timeout_at)s::timestamptz, %(debounce_deadline)s::timestamptz,
+    %(step_names)s::jsonb, %(trace_context)s::jsonb, %(created_at)s::timestamptz,
+    %(wake)s::boolean, %(channel)s::text, %(outcome)s::text, %(answers)s::text[]
 )
 """
-)
 
 # Hand a finished holder's key to a new run (PostgreSQL), all or nothing, in one
 # statement: ``released`` lets the key go if the holder still holds it in the status
@@ -231,8 +235,7 @@ SELECT * FROM durable_start(
 # ``new`` inserts the run only if that happened (the released version no longer
 # counts for the unique index within the statement); ``noted`` records the hand-off;
 # and the NOTIFY wakes a worker.
-HAND_OFF = (
-    """
+HAND_OFF = """
 WITH released AS (
     UPDATE durable_run SET holds_key = false
     WHERE id = %(holder_id)s AND holds_key IS NOT FALSE AND status = %(holder_status)s
@@ -247,9 +250,16 @@ new AS (
         started_at, finished_at
     )
     SELECT
-"""
-    + _RUN_VALUES
-    + """
+        %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
+        %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
+        %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
+        %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
+        %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
+        %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
+        %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
+        %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
+        %(created_at)s::timestamptz, %(started_at)s::timestamptz,
+        %(finished_at)s::timestamptz
     WHERE EXISTS (SELECT 1 FROM released)
     RETURNING id
 ),
@@ -263,7 +273,6 @@ SELECT CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL E
        EXISTS (SELECT 1 FROM noted)
 FROM new
 """
-)
 
 # The holder columns HOLDER_AND_NOTE returns, in the model's field order (the
 # fields holders.get_holder reads).
@@ -285,11 +294,10 @@ class DuplicateNote(NamedTuple):
     """A duplicate that ``insert_or_get_holder`` records in its own statement: when the
     holder is in one of ``holder_states`` (``(status, picked_up)``, from
     ``keys.holder_answers``), the start only answers, so its activity row is written
-    right there, with ``outcome`` and the start's ``input``."""
+    right there, with ``outcome`` and the start's input."""
 
     outcome: str
     holder_states: frozenset[tuple[str, bool]]
-    input: dict
 
 
 class InsertOrHolder(NamedTuple):
@@ -304,6 +312,37 @@ class InsertOrHolder(NamedTuple):
 
 def _run_params(run: Run) -> dict[str, Any]:
     return values_of(run, Run._meta.concrete_fields)
+
+
+@functools.cache
+def _start_fields() -> tuple:
+    """The fields of START_COLUMNS, the columns durable_start takes."""
+    return tuple(f for f in Run._meta.concrete_fields if f.column in START_COLUMNS)
+
+
+@functools.cache
+def _new_run_defaults() -> tuple[tuple[str, Any], ...]:
+    """The other fields and the value each has in a new Run (what durable_start writes)."""
+    fresh = Run()
+    return tuple(
+        (f.attname, getattr(fresh, f.attname))
+        for f in Run._meta.concrete_fields
+        if f.column not in START_COLUMNS
+    )
+
+
+def _start_params(run: Run) -> dict[str, Any]:
+    """durable_start's run arguments; a run it could not store as given is refused."""
+    for attname, default in _new_run_defaults():
+        if getattr(run, attname) != default:
+            raise ValueError(f"durable_start takes no {attname} (only START_COLUMNS)")
+    return values_of(run, _start_fields())
+
+
+@functools.cache
+def _answers(holder_states: frozenset[tuple[str, bool]]) -> list[str]:
+    """durable_start's p_answers: the holder states as 'status:picked_up' strings."""
+    return sorted(f"{status}:{str(picked).lower()}" for status, picked in holder_states)
 
 
 def _wake(run: Run) -> dict[str, Any]:
@@ -340,13 +379,12 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
             return InsertOrHolder(True)
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder)
-    params = _run_params(run)
+    params = _start_params(run)
     params.update(_wake(run))
     if note is not None:
-        answers = [f"{status}:{str(picked).lower()}" for status, picked in note.holder_states]
-        params.update(outcome=note.outcome, note_input=as_json(note.input), answers=answers)
+        params.update(outcome=note.outcome, answers=_answers(note.holder_states))
     else:
-        params.update(outcome=None, note_input=as_json(run.input), answers=[])
+        params.update(outcome=None, answers=[])
     row = fetchone(START, params)
     if row is None:
         return InsertOrHolder(False)
