@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     # at most this many records (0: keep none) and this many bytes of JSON.
     "STEP_LOG_RECORDS": 200,
     "STEP_LOG_BYTES": 64 * 1024,
+    # The most completed runs a worker records in one statement (PostgreSQL): a thread
+    # that finishes a run's last step hands its record to the worker's recorder and
+    # takes its next run (runtime/recorder.py). 1: each thread records its own.
+    "COMPLETION_BATCH": 50,
     # Per queue options, e.g. {"emails": {"concurrency": 5}}: at most that many runs of
     # the queue run at once, across all workers (docs/queues.md).
     "QUEUES": {},

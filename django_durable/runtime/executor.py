@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError
 
@@ -76,11 +76,29 @@ def definition_mismatch(workflow: type[Workflow], run: Run) -> str | None:
     )
 
 
-def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
+class LastStep(NamedTuple):
+    """A run's last step completed, its record not written yet: handed to a worker's
+    recorder (``execute(..., completions=...)``), which writes it with others in one
+    statement (``record_last_steps``). ``previous_context`` is the context before the
+    step, restored if the record fails."""
+
+    completion: store.Completion
+    previous_context: dict
+
+
+def execute(
+    run: Run,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    completions: Callable[[LastStep], None] | None = None,
+) -> int:
     """Run the claimed ``run`` until it finishes, suspends or fails; return steps executed.
 
     ``should_stop`` is asked before each step: when it says yes (the worker is
     shutting down) the run is left as it is, still claimed, for the worker to hand back.
+    ``completions`` takes the completed last step instead of recording it here: the
+    worker's recorder writes it and finishes the run, so this thread goes on to its
+    next run at once.
     """
     try:
         workflow = registry.get(run.workflow)
@@ -110,7 +128,7 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
         if unanswered is not None:
             return executed + _input_timed_out(workflow, run, step, unanswered)
         executed += 1
-        outcome = _attempt(workflow, instance, run, step, waits, should_stop)
+        outcome = _attempt(workflow, instance, run, step, waits, should_stop, completions)
         if outcome is not None:
             return executed + outcome
         waits = []
@@ -119,7 +137,9 @@ def execute(run: Run, *, should_stop: Callable[[], bool] | None = None) -> int:
     return executed
 
 
-def _attempt(workflow, instance, run: Run, step: StepDef, waits, should_stop) -> int | None:
+def _attempt(
+    workflow, instance, run: Run, step: StepDef, waits, should_stop, completions=None
+) -> int | None:
     """One attempt of ``step``; None when the run goes on to its next step, otherwise
     what ``execute`` adds to the steps it executed (the run stopped here)."""
     ctx = Context(run, waits=waits, children=children)
@@ -165,6 +185,10 @@ def _attempt(workflow, instance, run: Run, step: StepDef, waits, should_stop) ->
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
+        if last and completions is not None:
+            attempt = store.completed_attempt(run, step.name, started_at, output)
+            completions(LastStep(store.Completion(run, attempt, output), previous))
+            return 0  # the recorder records it and finishes the run
         store.record_step_completed(run, step.name, started_at, output, last=last)
     except store.LeaseLost:
         return 0
@@ -172,6 +196,52 @@ def _attempt(workflow, instance, run: Run, step: StepDef, waits, should_stop) ->
         run.context = previous
         return _unrecordable(workflow, run, step, started_at, exc)
     return None  # the next step, or (after the last) the loop ends and the run finishes
+
+
+def record_last_steps(last_steps: list[LastStep]) -> None:
+    """Record completed last steps handed over by ``execute`` and finish their runs:
+    several in one statement (``store.record_last_steps``); one alone, or each after
+    that statement failed, as ``_attempt`` records it, so that each meets what its
+    own record would have met (``_unrecordable``)."""
+    if len(last_steps) > 1:
+        try:
+            completed = store.record_last_steps([last.completion for last in last_steps])
+        except DatabaseError:
+            store.reset_connection_after_error()
+        else:
+            for run in completed:
+                _guarded(run, _finished, run)
+            return
+    for last in last_steps:
+        _guarded(last.completion.run, record_last_step, last)
+
+
+def _guarded(run: Run, fn: Callable[..., Any], *args: Any) -> None:
+    """``fn(*args)`` for one run of a batch: what it raises is logged, and the batch's
+    other runs go on (in a slot, the worker logs it the same way)."""
+    try:
+        fn(*args)
+    except Exception:
+        logger.exception("run %s (%s): finishing it failed", run.id, run.workflow)
+        store.reset_connection_after_error()
+
+
+def record_last_step(last: LastStep) -> None:
+    """Record one completed last step handed over by ``execute``, as ``_attempt``
+    would have, and finish the run."""
+    completion, previous = last
+    run = completion.run
+    try:
+        store.record_completion(completion)
+    except store.LeaseLost:
+        return
+    except Exception as exc:
+        run.context = previous
+        workflow = registry.get(run.workflow)
+        step = workflow.steps[run.step_index]
+        _unrecordable(workflow, run, step, completion.attempt.started_at, exc)
+        return
+    _finished(run)
 
 
 def _deadline(run: Run, step: StepDef, started_at: datetime) -> datetime | None:

@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_durable import store, telemetry
 from django_durable.models import Status
@@ -79,6 +79,21 @@ class Outage:
                 self._local.ended = self._ended  # this thread's session is a new one
         if back:
             logger.warning("worker %s: the database is back", self.worker_id)
+
+
+def heartbeat_loop(worker: Worker, finished: threading.Event) -> None:
+    """The heartbeat thread: ``worker.heartbeat()`` every heartbeat interval until
+    ``finished``; a failure is reported once per outage (``worker.outage``)."""
+    try:
+        while not finished.wait(worker.heartbeat_interval):
+            try:
+                worker.heartbeat()
+            except DatabaseError as exc:
+                worker.outage.failed("the heartbeat", exc)
+            else:
+                worker.outage.succeeded("the heartbeat")
+    finally:
+        connections.close_all()
 
 
 def renew(worker: Worker) -> set:

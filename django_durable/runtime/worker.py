@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -38,8 +37,9 @@ from django.db import DatabaseError, connections
 
 from django_durable import checks, conf, store, telemetry
 from django_durable.models import Run, Status
-from django_durable.runtime import executor, leases, maintenance
+from django_durable.runtime import executor, leases, maintenance, stopping
 from django_durable.runtime.notifier import Notifier
+from django_durable.runtime.recorder import Recorder
 from django_durable.workflows.definition import registry
 
 logger = logging.getLogger("django_durable.runtime.worker")
@@ -117,10 +117,12 @@ class Worker:
         self._wake = False
         self._stopping = threading.Event()
         self._finished = threading.Event()
-        self._signals = 0
         self._failed = False
         self.notifier: Notifier | None = None
         self.runs_executed = 0
+        # Last steps' records in batches (runtime/recorder.py), on PostgreSQL.
+        batch = settings["COMPLETION_BATCH"]
+        self.recorder = Recorder(batch) if batch > 1 and store.is_postgres() else None
 
     # --- public controls ---------------------------------------------------
 
@@ -131,13 +133,18 @@ class Worker:
         self._register()
         if not store.db().in_atomic_block:
             store.db().close()  # this thread only waits from now on; the others have their own
-        restore = self._install_signal_handlers() if install_signal_handlers else None
+        restore = stopping.install_signal_handlers(self) if install_signal_handlers else None
         threads = [
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
         threads.append(
-            threading.Thread(target=self._heartbeat_loop, name="durable-heartbeat", daemon=True)
+            threading.Thread(
+                target=leases.heartbeat_loop,
+                args=(self, self._finished),
+                name="durable-heartbeat",
+                daemon=True,
+            )
         )
         threads.append(
             threading.Thread(target=self.upkeep.loop, name="durable-maintenance", daemon=True)
@@ -145,6 +152,9 @@ class Worker:
         threads.append(
             threading.Thread(target=self._dispatch_loop, name="durable-dispatch", daemon=True)
         )
+        if self.recorder:
+            loop = self.recorder.loop
+            threads.append(threading.Thread(target=loop, name="durable-recorder", daemon=True))
         if self.listen_alias and connections[self.listen_alias].vendor == "postgresql":
             self.notifier = Notifier(
                 channel=self.channel,
@@ -220,9 +230,10 @@ class Worker:
 
     def held(self) -> list[Held]:
         with self._lock:
-            return [*self._executing, *self._ready]
+            recording = self.recorder.held() if self.recorder else []
+            return [*self._executing, *self._ready, *recording]
 
-    # --- registration and signals -----------------------------------------------
+    # --- registration -----------------------------------------------------------
 
     def _register(self) -> None:
         stale_before = store.now() - self.lease
@@ -239,34 +250,6 @@ class Worker:
                 f"a live worker already uses the id {self.worker_id!r} "
                 "(it heartbeated within the lease); pick another --worker-id"
             )
-
-    def _install_signal_handlers(self) -> Callable[[], None] | None:
-        if threading.current_thread() is not threading.main_thread():
-            return None
-        previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
-    def _on_signal(self, signum: int, frame) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            # At once: what this worker holds comes back through lease recovery.
-            os.write(2, b"durable_worker: second signal, exiting at once\n")
-            os._exit(1)
-        logger.info(
-            "worker %s stopping (%s): running steps may finish within %.0fs, the rest is "
-            "handed back; send the signal again to exit at once",
-            self.worker_id,
-            signal.strsignal(signum),
-            self.shutdown_grace,
-        )
-        self.stop()
 
     # --- dispatcher ----------------------------------------------------------
 
@@ -328,7 +311,8 @@ class Worker:
 
     def _idle(self) -> bool:
         with self._lock:
-            return not self._ready and not self._executing
+            recording = self.recorder.pending() if self.recorder else 0
+            return not self._ready and not self._executing and not recording
 
     def _recover_before_burst_exit(self) -> bool:
         try:
@@ -396,14 +380,38 @@ class Worker:
         )
         started = time.monotonic()
         steps = 0
+        handed: list[executor.LastStep] = []
         try:
             if not run.lease_lost:
                 steps = executor.execute(
-                    run, should_stop=lambda: self._stopping.is_set() or run.lease_lost
+                    run,
+                    should_stop=lambda: self._stopping.is_set() or run.lease_lost,
+                    completions=self.recorder and self._hand_over(held, started, handed),
                 )
         except BaseException:  # even SystemExit from a step must not end this thread
             logger.exception("run %s (%s): executing it failed", run.id, run.workflow, extra=fields)
             store.reset_connection_after_error()
+        if not handed:  # else the recorder reports the outcome once it is written
+            self._outcome(held, steps, started)
+
+    def _hand_over(self, held: Held, started: float, handed: list) -> Callable:
+        """The executor's ``completions`` for ``held``: its last step's record goes to
+        the recorder, which reports the run's outcome once it is written."""
+        first = held.run.step_index
+
+        def recorded() -> None:
+            self._outcome(held, held.run.step_index - first, started)
+            self.wake()  # its thread may be idle, and its end may have made runs due
+
+        def hand_over(last: executor.LastStep) -> None:
+            handed.append(last)
+            self.recorder.add(held, last, recorded)
+
+        return hand_over
+
+    def _outcome(self, held: Held, steps: int, started: float) -> None:
+        """Log how ``held``'s execution ended; a run still claimed is given up."""
+        run = held.run
         outcome = run.status
         if run.status in (Status.RUNNING, Status.COMPENSATING):
             outcome = self._give_up(held)
@@ -436,18 +444,6 @@ class Worker:
 
     # --- heartbeat ------------------------------------------------------------
 
-    def _heartbeat_loop(self) -> None:
-        try:
-            while not self._finished.wait(self.heartbeat_interval):
-                try:
-                    self.heartbeat()
-                except DatabaseError as exc:
-                    self.outage.failed("the heartbeat", exc)
-                else:
-                    self.outage.succeeded("the heartbeat")
-        finally:
-            connections.close_all()
-
     def heartbeat(self) -> set:
         """Renew this worker's leases; the ids of the runs it lost (``leases.renew``)."""
         return leases.renew(self)
@@ -473,6 +469,9 @@ class Worker:
             while self._executing and (remaining := deadline - time.monotonic()) > 0:
                 self._dispatch.wait(remaining)
             overdue = list(self._executing)
+        if self.recorder:
+            self.recorder.stop()
+            self.recorder.wait_until_written(max(deadline - time.monotonic(), 5.0))
         for held in overdue:
             held.run.lease_lost = True
             self._hand_back_quietly(held)

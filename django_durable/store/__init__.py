@@ -123,7 +123,11 @@ from django_durable.store.starts import (
     record_activity,
 )
 from django_durable.store.steps import (
+    Completion,
+    completed_attempt,
     record_attempt_cancelled,
+    record_completion,
+    record_last_steps,
     record_run_failed,
     record_step_completed,
     record_step_failed,
@@ -202,6 +206,10 @@ __all__ = [
     "record_manual_fire",
     "record_run_failed",
     "record_step_completed",
+    "record_last_steps",
+    "record_completion",
+    "completed_attempt",
+    "Completion",
     "record_step_failed",
     "record_suspended",
     "recover_expired_compensations",

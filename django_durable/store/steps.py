@@ -10,8 +10,10 @@ through the ORM in a transaction (a savepoint inside the caller's).
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_durable import state as run_state
 from django_durable.models import Event, Run, Status, StepAttempt
@@ -21,6 +23,7 @@ from django_durable.store.base import (
     as_json,
     atomic,
     attempt_of,
+    fetchall,
     fetchone,
     in_autocommit,
     insert,
@@ -31,7 +34,11 @@ from django_durable.store.base import (
 )
 
 __all__ = [
+    "Completion",
+    "completed_attempt",
     "record_attempt_cancelled",
+    "record_completion",
+    "record_last_steps",
     "record_run_failed",
     "record_step_completed",
     "record_step_failed",
@@ -119,6 +126,44 @@ SELECT durable_record_step(
 """
 
 
+# The last steps of several runs completed (a worker's batch of completions,
+# PostgreSQL), in one statement: each run completed as durable_record_step's 'last'
+# completes it, fenced per run (a run whose fence moved, or that is no longer running,
+# is left alone), and the attempt's row of each run completed; ``done`` lists the
+# batch, one row per run, from parallel arrays. Each run is found by primary key.
+# Returns (run id, attempt id) per run completed.
+RECORD_LAST_STEPS = """
+WITH done AS (
+    SELECT *
+    FROM unnest(
+        %(run_ids)s::uuid[], %(fences)s::integer[], %(step_indexes)s::integer[],
+        %(contexts)s::jsonb[], %(states)s::jsonb[], %(outputs)s::jsonb[],
+        %(steps)s::varchar[], %(attempts)s::integer[], %(logs)s::jsonb[],
+        %(worker_ids)s::varchar[], %(started_ats)s::timestamptz[],
+        %(finished_ats)s::timestamptz[]
+    ) AS d (run_id, fence, step_index, context, state, output, step, attempt, logs,
+            worker_id, started_at, finished_at)
+),
+completed AS (
+    UPDATE durable_run AS r
+    SET step_index = d.step_index + 1, attempt = 1, context = d.context,
+        waiting_for = NULL, state = d.state, status = 'completed', result = d.output,
+        finished_at = d.finished_at, due_at = NULL, lease_expires_at = NULL
+    FROM done AS d
+    WHERE r.id = d.run_id AND r.fence = d.fence AND r.status = 'running'
+    RETURNING r.id
+)
+INSERT INTO durable_step_attempt (
+    run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
+    started_at, finished_at
+)
+SELECT d.run_id, 'step', d.step, d.step_index, d.attempt, 'completed', d.output, NULL,
+       d.logs, d.worker_id, d.started_at, d.finished_at
+FROM done AS d JOIN completed AS c ON c.id = d.run_id
+RETURNING run_id, id
+"""
+
+
 # A worker's record can meet a start, cancel or promotion of the same key in a deadlock
 # (the run's row against the key's unique index): PostgreSQL aborts one side, and the
 # aborted record is written again, not taken for the step's failure.
@@ -150,14 +195,78 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
         (recorded,) = fetchone(RECORD_STEP, params)
         if recorded is None:
             raise LeaseLost(run.id)
-        attempt.id = recorded
-        attempt._state.adding = False
-        attempt._state.db = run._state.db
-    else:
-        with atomic():
-            if not owned(run).update(**changes):
-                raise LeaseLost(run.id)
-            insert(attempt)
+        _recorded(run, changes, attempt, recorded)
+        return
+    with atomic():
+        if not owned(run).update(**changes):
+            raise LeaseLost(run.id)
+        insert(attempt)
+    for name, value in changes.items():
+        setattr(run, name, value)
+    announce_attempt(attempt)
+
+
+class Completion(NamedTuple):
+    """A run whose last step completed, waiting to be recorded (``record_last_steps``):
+    its attempt's row (``attempt_of``, built when the step ended) and its output."""
+
+    run: Run
+    attempt: StepAttempt
+    output: Any
+
+
+def _last_step_changes(run: Run, attempt: StepAttempt, output: Any) -> dict[str, Any]:
+    return {
+        "step_index": run.step_index + 1,
+        "attempt": 1,
+        "context": run.context,
+        "waiting_for": None,
+        "state": run_state.between_steps(run.state),
+        "status": Status.COMPLETED,
+        "result": output,
+        "finished_at": attempt.finished_at,
+        "due_at": None,
+        "lease_expires_at": None,
+    }
+
+
+@retry_deadlocks
+def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
+    """Record several completed last steps in one statement (PostgreSQL, autocommit):
+    each run is completed and its attempt recorded, all of them or none. Returns the
+    runs completed; the others are no longer this worker's (nothing written for them,
+    as ``LeaseLost`` says of one)."""
+    rows = [(c, _last_step_changes(c.run, c.attempt, c.output)) for c in completions]
+    params = {
+        "run_ids": [c.run.id for c, _ in rows],
+        "fences": [c.run.fence for c, _ in rows],
+        "step_indexes": [c.run.step_index for c, _ in rows],
+        "contexts": [as_json(changes["context"]) for _, changes in rows],
+        "states": [as_json(changes["state"]) for _, changes in rows],
+        "outputs": [as_json(c.output) for c, _ in rows],
+        "steps": [c.attempt.step for c, _ in rows],
+        "attempts": [c.attempt.attempt for c, _ in rows],
+        "logs": [as_json(c.attempt.logs) for c, _ in rows],
+        "worker_ids": [c.attempt.worker_id for c, _ in rows],
+        "started_ats": [c.attempt.started_at for c, _ in rows],
+        "finished_ats": [c.attempt.finished_at for c, _ in rows],
+    }
+    recorded: dict[uuid.UUID, int] = dict(fetchall(RECORD_LAST_STEPS, params))
+    completed = []
+    for completion, changes in rows:
+        attempt_id = recorded.get(completion.run.id)
+        if attempt_id is None:
+            continue
+        _recorded(completion.run, changes, completion.attempt, attempt_id)
+        completed.append(completion.run)
+    return completed
+
+
+def _recorded(run: Run, changes: dict[str, Any], attempt: StepAttempt, attempt_id: int) -> None:
+    """What a record wrote, on the objects: the run's changes, the attempt's id."""
+    attempt.id = attempt_id
+    attempt._state.adding = False
+    attempt._state.db = run._state.db
     for name, value in changes.items():
         setattr(run, name, value)
     announce_attempt(attempt)
@@ -167,7 +276,10 @@ def record_step_completed(
     run: Run, step_name: str, started_at: datetime, output: Any, *, last: bool
 ) -> None:
     """Record a completed step and advance the run; the last step also finishes it."""
-    attempt = attempt_of(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output)
+    attempt = completed_attempt(run, step_name, started_at, output)
+    if last:
+        _record(run, "last", _last_step_changes(run, attempt, output), attempt)
+        return
     changes: dict[str, Any] = {
         "step_index": run.step_index + 1,
         "attempt": 1,
@@ -175,15 +287,19 @@ def record_step_completed(
         "waiting_for": None,
         "state": run_state.between_steps(run.state),
     }
-    if last:
-        changes.update(
-            status=Status.COMPLETED,
-            result=output,
-            finished_at=attempt.finished_at,
-            due_at=None,
-            lease_expires_at=None,
-        )
-    _record(run, "last" if last else "next", changes, attempt)
+    _record(run, "next", changes, attempt)
+
+
+def record_completion(completion: Completion) -> None:
+    """Record one completed last step (``record_step_completed`` with ``last``) from
+    the attempt built when it ended; ``LeaseLost`` as there."""
+    run, attempt, output = completion
+    _record(run, "last", _last_step_changes(run, attempt, output), attempt)
+
+
+def completed_attempt(run: Run, step_name: str, started_at: datetime, output: Any) -> StepAttempt:
+    """The row of the current step's completed attempt, finished now."""
+    return attempt_of(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output)
 
 
 def record_step_failed(
