@@ -19,6 +19,7 @@ from django_durable.runtime import executor
 from django_durable.runtime.maintenance import Maintenance
 from django_durable.runtime.worker import (
     CLAIM_AHEAD_BELOW,
+    RUNS_AHEAD_PER_THREAD,
     Held,
     Worker,
     WorkerIdInUse,
@@ -55,19 +56,20 @@ def test_free_slots_are_filled_by_one_claim_statement(django_assert_num_queries)
 
 
 @pytest.mark.django_db
-def test_claims_one_run_ahead_per_thread_only_while_runs_are_short():
-    """Quick runs: the next run of each thread is claimed before it is free, so no
+def test_claims_runs_ahead_only_while_runs_are_short():
+    """Quick runs: the next runs of each thread are claimed before it is free, so no
     thread waits for a claim. Slow runs (or none seen yet): only free threads claim,
     so no claimed run waits behind another's step while another worker could run it."""
     for _ in range(20):
         durable.start(Noop)
     worker = Worker(concurrency=4, worker_id="ahead")
+    most = 4 * (1 + RUNS_AHEAD_PER_THREAD)
     with worker._lock:
         assert worker._claimable() == 4  # nothing measured yet
         worker._run_seconds = CLAIM_AHEAD_BELOW / 10
-        assert worker._claimable() == 8
-    worker._hand_out(worker.claim_batch(8))
-    assert len(worker.held()) == 8  # their leases are renewed while they wait
+        assert worker._claimable() == most
+    worker._hand_out(worker.claim_batch(most))
+    assert len(worker.held()) == most  # their leases are renewed while they wait
     with worker._lock:
         assert (worker._claimable(), worker._should_claim()) == (0, False)
         worker._ready.popleft()  # a thread took one: not yet worth a claim
@@ -75,7 +77,7 @@ def test_claims_one_run_ahead_per_thread_only_while_runs_are_short():
         worker._ready.popleft()  # half the runs ahead taken: claim them again, together
         assert (worker._claimable(), worker._should_claim()) == (2, True)
         worker._ready.clear()  # none waiting: claim at once
-        assert (worker._claimable(), worker._should_claim()) == (8, True)
+        assert (worker._claimable(), worker._should_claim()) == (most, True)
         worker._run_seconds = CLAIM_AHEAD_BELOW * 10
         assert worker._claimable() == 4
 

@@ -9,8 +9,8 @@ PostgreSQL a notifier thread wakes the dispatcher on NOTIFY.
 - A claim takes as many runs as there are free threads, in one statement
   (``store.claim``); a thread that finishes a run frees its slot and the
   dispatcher claims again at once. While runs are short (``CLAIM_AHEAD_BELOW``)
-  it also claims one run ahead per thread, in batches, so threads never wait for
-  a claim. An idle worker waits for a NOTIFY, for the next due time (timers) or
+  it also claims runs ahead (``RUNS_AHEAD_PER_THREAD``), in batches, so threads never
+  wait for a claim. An idle worker waits for a NOTIFY, for the next due time (timers) or
   for the poll interval, whichever comes first.
 - Every write the executor makes is fenced by the claim, so a worker that lost
   a run (its lease expired, another worker recovered it) cannot record over the
@@ -46,9 +46,10 @@ logger = logging.getLogger("django_durable.runtime.worker")
 
 # Shortest idle wait when a due run exists that another worker is claiming.
 MIN_IDLE_WAIT = 0.05
-# Claim one run ahead per thread only while runs take less than this on average
-# (seconds): a claimed run never waits long behind another run's step.
+# Claim runs ahead only while runs take less than this on average (seconds), at most
+# this many per thread: a claimed run never waits long behind other runs' steps.
 CLAIM_AHEAD_BELOW = 0.05
+RUNS_AHEAD_PER_THREAD = 2
 
 
 class WorkerIdInUse(Exception):
@@ -294,7 +295,7 @@ class Worker:
     def _claimable(self) -> int:
         """How many runs a claim may take now (called with the lock held)."""
         quick = self._run_seconds is not None and self._run_seconds < CLAIM_AHEAD_BELOW
-        ahead = self.concurrency if quick else 0
+        ahead = RUNS_AHEAD_PER_THREAD * self.concurrency if quick else 0
         return self.concurrency + ahead - len(self._ready) - len(self._executing)
 
     def _should_claim(self) -> bool:
