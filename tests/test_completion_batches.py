@@ -9,6 +9,7 @@ from django.core.checks import run_checks
 from django.db import connection
 from django.db.models import F
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable import Workflow, signals, step, store
@@ -17,6 +18,7 @@ from django_durable.runtime import executor
 from django_durable.runtime.recorder import Recorder
 from django_durable.runtime.worker import Held, Worker
 from django_durable.store.steps import RECORD_LAST_STEPS
+from tests.plans import explain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import RebuildIndex, effect
 
@@ -223,3 +225,23 @@ def test_completion_batch_must_be_a_whole_number_of_at_least_1(value):
     with override_settings(DURABLE={"COMPLETION_BATCH": value}):
         errors = [e for e in run_checks() if "COMPLETION_BATCH" in e.msg]
     assert [e.id for e in errors] == ["django_durable.E015"]
+
+
+@pytest.mark.postgres
+def test_a_batch_finds_its_runs_through_an_index_in_a_big_table():
+    """On a table of many runs, ANALYZEd, the batch's update reads its runs through
+    the primary key or the index of running runs: never a scan of the runs table."""
+    at = store.now()
+    Run.objects.bulk_create(
+        Run(id=uuid.uuid4(), workflow=RebuildIndex.name, status=Status.COMPLETED, finished_at=at)
+        for _ in range(5_000)
+    )
+    runs = claimed(3)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    with CaptureQueriesContext(connection) as queries:
+        assert store.record_last_steps([completed(run, None).completion for run in runs]) == runs
+    [sent] = [q["sql"] for q in queries.captured_queries if "unnest" in q["sql"]]
+    plan = explain(sent)
+    assert "durable_run_pkey" in plan or "durable_run_lease" in plan, plan
+    assert "Seq Scan on durable_run " not in plan, plan

@@ -130,8 +130,9 @@ SELECT durable_record_step(
 # PostgreSQL), in one statement: each run completed as durable_record_step's 'last'
 # completes it, fenced per run (a run whose fence moved, or that is no longer running,
 # is left alone), and the attempt's row of each run completed; ``done`` lists the
-# batch, one row per run, from parallel arrays. Each run is found by primary key.
-# Returns (run id, attempt id) per run completed.
+# batch, one row per run, from parallel arrays. The runs are found through their
+# primary key or durable_run_lease (the index of running runs, as small as the
+# number of runs being executed). Returns (run id, attempt id) per run completed.
 RECORD_LAST_STEPS = """
 WITH done AS (
     SELECT *
@@ -195,15 +196,13 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
         (recorded,) = fetchone(RECORD_STEP, params)
         if recorded is None:
             raise LeaseLost(run.id)
-        _recorded(run, changes, attempt, recorded)
-        return
-    with atomic():
-        if not owned(run).update(**changes):
-            raise LeaseLost(run.id)
-        insert(attempt)
-    for name, value in changes.items():
-        setattr(run, name, value)
-    announce_attempt(attempt)
+    else:
+        with atomic():
+            if not owned(run).update(**changes):
+                raise LeaseLost(run.id)
+            insert(attempt)
+        recorded = attempt.id
+    _recorded(run, changes, attempt, recorded)
 
 
 class Completion(NamedTuple):
@@ -278,7 +277,7 @@ def record_step_completed(
     """Record a completed step and advance the run; the last step also finishes it."""
     attempt = completed_attempt(run, step_name, started_at, output)
     if last:
-        _record(run, "last", _last_step_changes(run, attempt, output), attempt)
+        record_completion(Completion(run, attempt, output))
         return
     changes: dict[str, Any] = {
         "step_index": run.step_index + 1,
