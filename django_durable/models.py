@@ -223,6 +223,13 @@ class Run(models.Model):
                 condition=Q(status=Status.WAITING),
                 name="durable_run_waiting",
             ),
+            # The maintenance sweep of parents waiting for their children, in id order
+            # (store.waiting_parents): only they, however many other runs wait.
+            models.Index(
+                fields=["id"],
+                condition=Q(status=Status.WAITING, waiting_for="children"),
+                name="durable_run_waiting_parents",
+            ),
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],

@@ -14,13 +14,14 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
 from django_durable.store import claims, starts
-from tests.plans import explain_function, explain_prepared
+from tests.plans import explain, explain_function, explain_prepared
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -201,3 +202,21 @@ def test_the_holder_lookup_has_one_index_even_with_stale_statistics():
     )
     [release_scan] = [line for line in plan.splitlines() if "Scan using" in line]
     assert "durable_run_pkey" in release_scan, plan
+
+
+def test_the_sweep_of_waiting_parents_reads_only_them(seeded):
+    """The maintenance sweep (every heartbeat of every worker) reads the parents
+    waiting for their children through their own index, not the runs waiting for
+    anything else: at 5 million runs it read the whole table (0.4 s a sweep)."""
+    Run.objects.bulk_create(
+        Run(id=uuid.uuid4(), workflow="sync_account", status=Status.WAITING, waiting_for=what)
+        for what in ["event:x"] * 3_000 + ["children"] * 5
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    with CaptureQueriesContext(connection) as queries:
+        assert len(store.waiting_parents()) == 5
+    [sent] = [q["sql"] for q in queries.captured_queries]
+    plan = explain(sent)
+    assert "durable_run_waiting_parents" in plan, plan
+    assert "Seq Scan" not in plan, plan
