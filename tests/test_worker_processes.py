@@ -23,6 +23,7 @@ from tests.testapp.workflows import (
     WorkerAwaitsEvent,
     WorkerBlocking,
     WorkerHeartbeating,
+    WorkerMarksAttempts,
     WorkerUnaware,
 )
 from tests.worker_processes import WorkerPool, wait_until
@@ -115,6 +116,68 @@ def test_sigkill_mid_step_is_recovered_by_another_worker_and_the_key_stays_held(
     assert (tmp_path / "first-started-2").exists()
     assert effects(run_id) == ["first", "second"]
     assert "recovered 1 run(s)" in rescuer.output()
+    rescuer.send(signal.SIGTERM)
+    assert rescuer.wait(30) == 0
+
+
+@pytest.mark.postgres
+def test_a_worker_killed_before_its_recorder_wrote_leaves_the_last_steps_to_run_again(
+    workers, tmp_path
+):
+    """The recorder's window: three runs' last steps ran, their records wait in the
+    recorder (its statement is blocked by a table lock), and the worker's
+    machine dies (SIGKILL, its connection gone). Nothing of them was written: each
+    run is recovered and its step runs again, and each ends with one completed
+    attempt, after a lost one."""
+    holder = connection.get_new_connection(connection.get_connection_params())
+    holder.autocommit = False
+    try:
+        with holder.cursor() as cursor:  # inserts into durable_step_attempt wait for it
+            cursor.execute("LOCK TABLE durable_step_attempt IN SHARE MODE")
+        doomed = workers.start("--worker-id", "doomed", "--concurrency", "4", **SHORT_LEASE)
+        run_ids = [
+            durable.start(WorkerMarksAttempts, {"n": n, "dir": str(tmp_path)}) for n in range(3)
+        ]
+        wait_until(
+            lambda: all((tmp_path / f"ran-{n}-1").exists() for n in range(3)),
+            60,
+            "the three steps to run",
+        )
+
+        def blocked_record():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    # The statement's start: a long one is cut in pg_stat_activity.
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'relation' "
+                    "AND (query LIKE %s OR query LIKE %s)",
+                    ["%durable_record_step(%", "%WITH done AS%"],
+                )
+                return [pid for (pid,) in cursor.fetchall()]
+
+        [pid] = wait_until(blocked_record, 60, "the recorder's statement to wait")
+        doomed.kill()
+        with connection.cursor() as cursor:  # the connection dies with the machine
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    finally:
+        holder.rollback()
+        holder.close()
+    assert not StepAttempt.objects.filter(run_id__in=run_ids).exists()
+    assert set(Run.objects.filter(id__in=run_ids).values_list("status", flat=True)) == {"running"}
+
+    rescuer = workers.start("--worker-id", "rescuer", **SHORT_LEASE)
+    wait_until(
+        lambda: Run.objects.filter(id__in=run_ids, status="completed").count() == 3,
+        60,
+        "the recovered runs to complete",
+    )
+    for n, run_id in enumerate(run_ids):
+        attempts = StepAttempt.objects.filter(run_id=run_id).order_by("attempt")
+        assert [(a.attempt, a.status, a.worker_id) for a in attempts] == [
+            (1, "lost", "doomed"),
+            (2, "completed", "rescuer"),
+        ]
+        assert Run.objects.get(id=run_id).result == 2
+        assert (tmp_path / f"ran-{n}-2").exists()  # the step ran again
     rescuer.send(signal.SIGTERM)
     assert rescuer.wait(30) == 0
 

@@ -237,6 +237,17 @@ class WorkerBlocking(Workflow):
         effect(ctx, "second")
 
 
+class WorkerMarksAttempts(Workflow):
+    """One step that leaves a file per attempt, outside the database."""
+
+    name = "worker_marks_attempts"
+
+    @step
+    def only(self, ctx):
+        _signal_file(ctx, f"ran-{ctx.input['n']}-{ctx.attempt}")
+        return ctx.attempt
+
+
 class WorkerHeartbeating(Workflow):
     """A long first step that calls ctx.heartbeat() until it is told to stop."""
 
