@@ -96,9 +96,9 @@ def execute(
 
     ``should_stop`` is asked before each step: when it says yes (the worker is
     shutting down) the run is left as it is, still claimed, for the worker to hand back.
-    ``completions`` takes the completed last step instead of recording it here: the
-    worker's recorder writes it and finishes the run, so this thread goes on to its
-    next run at once.
+    ``completions`` takes the completed last step instead of recording it here
+    (``record_last_step``): the worker's recorder writes it and finishes the run, so
+    this thread goes on to its next run at once.
     """
     try:
         workflow = registry.get(run.workflow)
@@ -185,24 +185,28 @@ def _attempt(
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
-        if last and completions is not None:
-            attempt = store.completed_attempt(run, step.name, started_at, output)
-            completions(LastStep(store.Completion(run, attempt, output), previous))
-            return 0  # the recorder records it and finishes the run
-        store.record_step_completed(run, step.name, started_at, output, last=last)
+        if not last:
+            store.record_step_completed(run, step.name, started_at, output, last=False)
     except store.LeaseLost:
         return 0
     except Exception as exc:
         run.context = previous
         return _unrecordable(workflow, run, step, started_at, exc)
-    return None  # the next step, or (after the last) the loop ends and the run finishes
+    if not last:
+        return None  # the next step
+    attempt = store.completed_attempt(run, step.name, started_at, output)
+    last_step = LastStep(store.Completion(run, attempt, output), previous)
+    # Recorded here, or by the worker's recorder with others: either way the run
+    # is then finished by record_last_step(s).
+    (completions or record_last_step)(last_step)
+    return 0
 
 
 def record_last_steps(last_steps: list[LastStep]) -> None:
     """Record completed last steps handed over by ``execute`` and finish their runs:
     several in one statement (``store.record_last_steps``); one alone, or each after
-    that statement failed, as ``_attempt`` records it, so that each meets what its
-    own record would have met (``_unrecordable``)."""
+    that statement failed, with ``record_last_step``, so that each meets what its own
+    record would have met."""
     if len(last_steps) > 1:
         try:
             completed = store.record_last_steps([last.completion for last in last_steps])
@@ -227,8 +231,9 @@ def _guarded(run: Run, fn: Callable[..., Any], *args: Any) -> None:
 
 
 def record_last_step(last: LastStep) -> None:
-    """Record one completed last step handed over by ``execute``, as ``_attempt``
-    would have, and finish the run."""
+    """Record one completed last step (``_attempt``'s, or one a worker's recorder
+    writes alone) and finish the run; a record refused is the step's failed attempt
+    (``_unrecordable``), a run no longer owned is left alone."""
     completion, previous = last
     run = completion.run
     try:
@@ -241,6 +246,7 @@ def record_last_step(last: LastStep) -> None:
         step = workflow.steps[run.step_index]
         _unrecordable(workflow, run, step, completion.attempt.started_at, exc)
         return
+    logger.debug("run %s (%s) completed", run.id, run.workflow, extra=telemetry.log_fields(run))
     _finished(run)
 
 
