@@ -167,8 +167,18 @@ def test_a_hand_off_is_one_statement_that_does_it_all_or_nothing():
     # A holder that is no longer what the start saw: nothing is written at all.
     later = durable.start_detailed(SyncAccount, {"n": 3}, key="acct:handoff")
     assert later.outcome == "use_existing"  # the new holder is pending
-    stale = Run(id=uuid.uuid4(), workflow=SyncAccount.name, key="acct:handoff", holds_key=True)
-    stale.due_at = stale.created_at
+    at = store.now()
+    stale = store.NewRun(
+        id=uuid.uuid4(),
+        workflow=SyncAccount.name,
+        queue="default",
+        priority=0,
+        input={},
+        key="acct:handoff",
+        holds_key=True,
+        created_at=at,
+        due_at=at,
+    )
     runs_before = Run.objects.count()
     assert not store.hand_off(stale, result.run_id, "completed")
     assert Run.objects.count() == runs_before

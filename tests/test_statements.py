@@ -1,6 +1,7 @@
 """The store's named statements agree with the models, and every statement reaches
 Django's cursor: what an APM or the debug toolbar hooks sees each one."""
 
+import dataclasses
 import re
 import uuid
 from datetime import timedelta
@@ -8,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
 
 import django_durable as durable
 from django_durable import store
@@ -51,13 +53,30 @@ def test_durable_start_gives_the_other_columns_a_new_runs_defaults():
             assert getattr(stored, field.attname) == getattr(fresh, field.attname), field.name
 
 
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_durable_start_refuses_a_run_with_a_column_it_would_not_store():
-    run = Run(id=uuid.uuid4(), workflow="sync_account", queue="default", attempt=3)
-    with pytest.raises(ValueError, match="attempt"):
-        store.insert_or_get_holder(run)
-    assert not Run.objects.filter(id=run.id).exists()
+def test_a_new_run_has_exactly_the_columns_a_start_sets():
+    """A start builds a NewRun, not a Run: it has an attribute for each column
+    durable_start takes, by column name, and no way to set any other column."""
+    assert {f.name for f in dataclasses.fields(store.NewRun)} == set(starts.START_COLUMNS)
+    run = store.NewRun(
+        id=uuid.uuid4(),
+        workflow="w",
+        queue="default",
+        priority=0,
+        input={},
+        created_at=timezone.now(),
+    )
+    with pytest.raises(AttributeError):
+        run.attempt = 3
+    with pytest.raises(TypeError):
+        store.NewRun(
+            id=uuid.uuid4(),
+            workflow="w",
+            queue="default",
+            priority=0,
+            input={},
+            created_at=timezone.now(),
+            status="running",
+        )
 
 
 def test_the_holder_columns_are_those_a_holder_is_read_with():
@@ -117,3 +136,35 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
 
 
 LEASE = timedelta(seconds=30)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_migration_0016_replaces_the_earlier_durable_start():
+    """A database migrated by an earlier build has durable_start with the answers as
+    text[]: 0016 drops that signature and installs the current one, which starts."""
+    import importlib
+
+    migration = importlib.import_module(
+        "django_durable.migrations.0016_start_looks_for_the_holder_first"
+    )
+    earlier = starts.START_FUNCTION.replace("p_answers text\n", "p_answers text[]\n").replace(
+        "string_to_array(p_answers, ',')", "p_answers"
+    )
+    assert earlier != starts.START_FUNCTION
+    signatures = (
+        "SELECT pg_get_function_identity_arguments(oid) FROM pg_proc "
+        "WHERE proname = 'durable_start' AND pg_function_is_visible(oid)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(earlier)
+        cursor.execute(signatures)
+        assert len(cursor.fetchall()) == 2
+    with connection.schema_editor() as editor:
+        migration.install(None, editor)
+    with connection.cursor() as cursor:
+        cursor.execute(signatures)
+        [(arguments,)] = cursor.fetchall()
+    assert arguments.endswith("p_answers text"), arguments
+    assert durable.start_detailed(SyncAccount, {"n": 1}, key="m16").outcome == "started"
+    assert durable.start_detailed(SyncAccount, {"n": 2}, key="m16").outcome == "use_existing"

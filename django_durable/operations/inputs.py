@@ -1,6 +1,6 @@
 """Checking what callers pass in, before anything is written.
 
-Every value is checked by ``workflows.values.check_json`` (``TypeError`` for what
+Every value is checked by ``workflows.values.json_text`` (``TypeError`` for what
 is not JSON; ``ValueError`` for NUL or a lone surrogate anywhere in it, for
 nesting past ``values.MAX_DEPTH``), and names and ``by`` are short strings
 (``ValueError``), so the database never refuses what a call accepted.
@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from django_durable.workflows import input_kinds
-from django_durable.workflows.values import check_json, check_text
+from django_durable.workflows.values import check_text, json_text
 
 # An event's or an input's name: the column's length (Event.name).
 MAX_NAME_CHARS = 200
@@ -26,15 +26,13 @@ def validate_input(value: Any) -> dict:
         return {}
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    check_json(value, "input")
     # Round-trip so the stored input is exactly what a reader gets back.
-    return json.loads(json.dumps(value, allow_nan=False))
+    return json.loads(json_text(value, "input"))
 
 
 def validate_payload(value: Any, what: str) -> Any:
     """A JSON value (an event payload, an input's value), as a reader gets it back."""
-    check_json(value, what)
-    return json.loads(json.dumps(value, allow_nan=False))
+    return json.loads(json_text(value, what))
 
 
 def validate_name(name: Any, kind: str) -> str:

@@ -53,14 +53,17 @@ class StartResult(NamedTuple):
     outcome: StartOutcome
 
 
-def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields: Any) -> Run:
+def _new_run(
+    workflow: type[Workflow], payload: dict, key: str | None, **fields: Any
+) -> store.NewRun:
+    """The run a start inserts; ``fields`` set more of the columns a start sets
+    (``store.START_COLUMNS``: ``parent_id``, ``context``, ``runs_after_id``...)."""
     at = store.now()
-    run = Run(
+    run = store.NewRun(
         id=uuid.uuid4(),
         workflow=workflow.name,
         queue=workflow.queue,
         priority=workflow.priority,
-        status=Status.PENDING,
         input=payload,
         key=key,
         created_at=at,
@@ -78,7 +81,7 @@ def _new_run(workflow: type[Workflow], payload: dict, key: str | None, **fields:
     return run
 
 
-def _set_debounced_due(run: Run, workflow: type[Workflow], deadline) -> None:
+def _set_debounced_due(run: Run | store.NewRun, workflow: type[Workflow], deadline) -> None:
     """A debounced run is due one period from now, but never after its deadline;
     the workflow timeout counts from when it is due."""
     due = store.now() + workflow.debounce.period
@@ -203,11 +206,11 @@ def _start_keyed_alone(
     if found.inserted:
         _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
         return StartResult(run.id, "started"), None
+    if found.noted:
+        return _noted_answer(workflow, key, payload, note, found)
     holder = found.holder
     if holder is None:
         return found
-    if found.noted:
-        return _noted_answer(workflow, key, payload, note, found)
     action = _decide(workflow, policy, holder)
     if action in _HOLDER_ANSWERS:
         return _holder_answers(workflow, key, holder, payload, action)
@@ -227,18 +230,18 @@ def _holder_answers(workflow, key, holder: Run, payload, action) -> tuple[StartR
     the duplicate is recorded either way."""
     outcome = _HOLDER_ANSWERS[action]
     _duplicate(workflow, key, holder, payload, outcome)
-    return _answered_by(holder, outcome)
+    return _answered_by(holder.id, outcome)
 
 
-def _answered_by(holder: Run, outcome: str) -> tuple[StartResult | None, Any]:
-    return (None, holder.id) if outcome == "error" else (StartResult(holder.id, outcome), None)
+def _answered_by(holder_id: uuid.UUID, outcome: str) -> tuple[StartResult | None, Any]:
+    return (None, holder_id) if outcome == "error" else (StartResult(holder_id, outcome), None)
 
 
 def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | None, Any]:
     """The statement recorded the duplicate: the holder answers (or KeyTaken names it)."""
-    holder = found.holder
-    _announce_duplicate(workflow, key, holder, payload, note.outcome, found.input_changed)
-    return _answered_by(holder, note.outcome)
+    holder_id = found.holder_id
+    _announce_duplicate(workflow, key, holder_id, payload, note.outcome, found.input_changed)
+    return _answered_by(holder_id, note.outcome)
 
 
 def _duplicate_note(workflow, policy) -> store.DuplicateNote | None:
@@ -377,7 +380,7 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
     return StartResult(waiting_id, "run_again")
 
 
-def _announce_new_run(workflow, run: Run, *, notify: bool = True) -> None:
+def _announce_new_run(workflow, run: store.NewRun, *, notify: bool = True) -> None:
     if notify and run.due_at is not None and run.due_at <= store.now():
         store.notify_due(run.queue)
     send_after_commit(
@@ -398,14 +401,14 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
         key=key,
         details=details,
     )
-    _announce_duplicate(workflow, key, holder, payload, outcome, input_changed)
+    _announce_duplicate(workflow, key, holder.id, payload, outcome, input_changed)
 
 
-def _announce_duplicate(workflow, key, holder: Run, payload, outcome, input_changed) -> None:
+def _announce_duplicate(workflow, key, holder_id, payload, outcome, input_changed) -> None:
     send_after_commit(
         signals.key_duplicate,
         workflow,
-        run_id=holder.id,
+        run_id=holder_id,
         workflow=workflow.name,
         key=key,
         outcome=outcome,
@@ -425,7 +428,7 @@ def _record_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) ->
     _announce_handoff(workflow, key, from_id, to_id)
 
 
-def _announce_handed_off(workflow, key: str, from_id: uuid.UUID, run: Run) -> None:
+def _announce_handed_off(workflow, key: str, from_id: uuid.UUID, run: store.NewRun) -> None:
     """A start took the key of a finished holder (``store.hand_off`` wrote it all)."""
     _announce_new_run(workflow, run, notify=False)  # the statement sent the NOTIFY
     _announce_handoff(workflow, key, from_id, run.id)

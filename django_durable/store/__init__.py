@@ -117,6 +117,7 @@ from django_durable.store.schedules import (
 from django_durable.store.starts import (
     DuplicateNote,
     InsertOrHolder,
+    NewRun,
     hand_off,
     insert_or_get_holder,
     insert_run,
@@ -153,6 +154,7 @@ __all__ = [
     "BatchAnswer",
     "DuplicateNote",
     "InsertOrHolder",
+    "NewRun",
     "LeaseLost",
     "Listener",
     "Recovery",

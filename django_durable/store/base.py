@@ -93,10 +93,11 @@ def _measure_clock(sender, connection, **kwargs) -> None:
 connection_created.connect(_measure_clock, dispatch_uid="django_durable.store.clock")
 
 
-def now() -> datetime:
-    """The time by the database's clock (PostgreSQL: this process's, corrected)."""
+def now(connection=None) -> datetime:
+    """The time by the database's clock (PostgreSQL: this process's, corrected);
+    ``connection``: ``db()``, when the caller has it already."""
     at = timezone.now()
-    offset = _clock_offsets.get(db())
+    offset = _clock_offsets.get(connection or db())
     return at + offset if offset else at
 
 
@@ -157,8 +158,9 @@ def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
 # --- running statements -------------------------------------------------------------
 
 
-def fetchone(sql: str, params: Sequence | Mapping) -> tuple | None:
-    with db().cursor() as cursor:
+def fetchone(sql: str, params: Sequence | Mapping, connection=None) -> tuple | None:
+    """The statement's first row; ``connection``: ``db()``, when the caller has it already."""
+    with (connection or db()).cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone()
 

@@ -11,8 +11,10 @@ waits for it to commit (then does nothing) or roll back (then inserts).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django_durable import conf
@@ -23,15 +25,14 @@ from django_durable.store.base import (
     db,
     fetchone,
     from_row,
-    is_postgres,
     now,
-    values_of,
 )
 from django_durable.store.holders import get_holder, release_key
 
 __all__ = [
     "DuplicateNote",
     "InsertOrHolder",
+    "NewRun",
     "hand_off",
     "insert_or_get_holder",
     "insert_run",
@@ -96,7 +97,7 @@ RETURNING id
 # whose arguments (p_ names) it reads. ``holder`` reads it through the unique index
 # durable_run_one_holder_per_key (no row: it finished and let the key go since);
 # ``note`` records the duplicate only when the holder is in a state in which the
-# start just answers (p_answers: 'status:picked_up' strings, from
+# start just answers (p_answers: 'status:picked_up' strings, comma-separated, from
 # keys.holder_answers; empty when the caller records the duplicate itself).
 HOLDER_AND_NOTE = """
 WITH holder AS (
@@ -115,7 +116,8 @@ note AS (
                'input', p_input),
            p_created_at
     FROM holder
-    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text = ANY (p_answers)
+    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text
+          = ANY (string_to_array(p_answers, ','))
     RETURNING 1
 )
 SELECT false, holder.id, holder.workflow, holder.queue, holder.status, holder.input,
@@ -166,13 +168,16 @@ ON CONFLICT DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migrations 0013 and 0014 through store.functions), so its
-# two statements are planned once per database session, not at every start.
-# It inserts the run unless that breaks a key constraint (ON CONFLICT DO NOTHING:
-# a taken key is an answer, never an error that would abort the caller's
+# function (installed by migrations 0013, 0014 and 0016 through store.functions), so
+# its statements are planned once per database session, not at every start.
+# A run that would hold a key first looks for the key's holder (HOLDER_AND_NOTE):
+# a duplicate is answered without an INSERT, which opens every index of durable_run
+# even when it inserts nothing (40-60 us of a duplicate, measured with pgbench).
+# Then it inserts the run unless that breaks a key constraint (ON CONFLICT DO
+# NOTHING: a taken key is an answer, never an error that would abort the caller's
 # transaction); a run that went in and is due now (p_wake) wakes an idle worker
 # with a NOTIFY, delivered at commit. Otherwise, for a keyed run, HOLDER_AND_NOTE
-# runs as a statement of its own, so in READ COMMITTED it sees a holder that
+# runs again as a statement of its own, so in READ COMMITTED it sees a holder that
 # committed while the insert waited for it. One row: (true, NULLs) for a run that
 # went in, or (false, the holder's columns, noted, input_changed); no row when
 # nothing went in and no run holds the key any more.
@@ -183,7 +188,7 @@ CREATE OR REPLACE FUNCTION durable_start(
     p_context jsonb, p_key varchar, p_holds_key boolean, p_runs_after_id uuid, p_parent_id uuid,
     p_due_at timestamptz, p_timeout_at timestamptz, p_debounce_deadline timestamptz,
     p_step_names jsonb, p_trace_context jsonb, p_created_at timestamptz,
-    p_wake boolean, p_channel text, p_outcome text, p_answers text[]
+    p_wake boolean, p_channel text, p_outcome text, p_answers text
 ) RETURNS TABLE (
     inserted boolean, id uuid, workflow varchar, queue varchar, status varchar,
     input jsonb, "key" varchar, holds_key boolean, due_at timestamptz,
@@ -193,6 +198,14 @@ CREATE OR REPLACE FUNCTION durable_start(
 LANGUAGE plpgsql
 AS $start$
 BEGIN
+    IF p_holds_key THEN
+        RETURN QUERY"""
+    + HOLDER_AND_NOTE
+    + """;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
 """
     + START_INSERT
     + """;
@@ -216,7 +229,10 @@ $start$
 )
 
 # The call of durable_start: the run's columns (START_COLUMNS), then the NOTIFY's
-# and the duplicate note's (the note's input is the run's: it goes once).
+# and the duplicate note's (the note's input is the run's: it goes once). JSON goes
+# as text and the answers as one comma-separated text: psycopg's client-side binding
+# (Django's default) quotes a text several times faster than it adapts a JSON value
+# or a list, and a start's share of its own CPU time was mostly that.
 START = """
 SELECT * FROM durable_start(
     %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(priority)s::integer,
@@ -224,7 +240,7 @@ SELECT * FROM durable_start(
     %(runs_after_id)s::uuid, %(parent_id)s::uuid, %(due_at)s::timestamptz,
     %(timeout_at)s::timestamptz, %(debounce_deadline)s::timestamptz,
     %(step_names)s::jsonb, %(trace_context)s::jsonb, %(created_at)s::timestamptz,
-    %(wake)s::boolean, %(channel)s::text, %(outcome)s::text, %(answers)s::text[]
+    %(wake)s::boolean, %(channel)s::text, %(outcome)s::text, %(answers)s::text
 )
 """
 
@@ -302,71 +318,105 @@ class DuplicateNote(NamedTuple):
 
 class InsertOrHolder(NamedTuple):
     """What ``insert_or_get_holder`` found: the run went in, or the holder (None when
-    it finished between the insert and the look), and whether the duplicate was noted."""
+    it finished between the insert and the look), and whether the duplicate was noted.
+    A noted duplicate is answered by the holder's id alone (``holder_id``): no
+    ``Run`` is built for it."""
 
     inserted: bool
     holder: Run | None = None
     noted: bool = False
     input_changed: bool | None = None
+    holder_id: uuid.UUID | None = None
 
 
-def _run_params(run: Run) -> dict[str, Any]:
-    return values_of(run, Run._meta.concrete_fields)
+@dataclasses.dataclass(slots=True, kw_only=True)
+class NewRun:
+    """A run a start is about to insert: the columns a start gives it (START_COLUMNS),
+    by column name. Every other column of ``durable_run`` begins as a new ``Run``'s
+    default, so a start has no way to set one (the class has no such attribute).
+    No model instance is built: a start needs the values, not a ``Run``."""
+
+    id: uuid.UUID
+    workflow: str
+    queue: str
+    priority: int
+    input: Any
+    created_at: datetime
+    context: Any = dataclasses.field(default_factory=dict)
+    key: str | None = None
+    holds_key: bool = False
+    runs_after_id: uuid.UUID | None = None
+    parent_id: uuid.UUID | None = None
+    due_at: datetime | None = None
+    timeout_at: datetime | None = None
+    debounce_deadline: datetime | None = None
+    step_names: list = dataclasses.field(default_factory=list)
+    trace_context: dict | None = None
+
+
+# How START passes a value of each of its argument types that is not sent as is:
+# as text, which the statement casts back (``%(due_at)s::timestamptz``). psycopg's
+# client-side binding (Django's default) quotes a text several times faster than it
+# adapts a UUID, a datetime, a JSON value or a list; with the Python around it, that
+# adapting was the largest part of a start's own CPU time.
+_AS_TEXT = {"uuid": str, "timestamptz": datetime.isoformat, "jsonb": as_json}
 
 
 @functools.cache
-def _start_fields() -> tuple:
-    """The fields of START_COLUMNS, the columns durable_start takes."""
-    return tuple(f for f in Run._meta.concrete_fields if f.column in START_COLUMNS)
-
-
-@functools.cache
-def _new_run_defaults() -> tuple[tuple[str, Any], ...]:
+def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
     """The other fields and the value each has in a new Run (what durable_start writes)."""
     fresh = Run()
     return tuple(
-        (f.attname, getattr(fresh, f.attname))
+        (f, getattr(fresh, f.attname))
         for f in Run._meta.concrete_fields
         if f.column not in START_COLUMNS
     )
 
 
-def _start_params(run: Run) -> dict[str, Any]:
-    """durable_start's run arguments; a run it could not store as given is refused."""
-    for attname, default in _new_run_defaults():
-        if getattr(run, attname) != default:
-            raise ValueError(f"durable_start takes no {attname} (only START_COLUMNS)")
-    return values_of(run, _start_fields())
+def _start_params(run: NewRun) -> dict[str, Any]:
+    """START's run arguments (START_COLUMNS), as text where ``_AS_TEXT`` says so."""
+    params = {}
+    for column, sql_type in START_COLUMNS.items():
+        value = getattr(run, column)
+        convert = _AS_TEXT.get(sql_type)
+        params[column] = value if value is None or convert is None else convert(value)
+    return params
+
+
+def _run_params(run: NewRun, connection) -> dict[str, Any]:
+    """Every column of the new run as the database takes it (INSERT_RUN, HAND_OFF): the
+    start's columns and a new run's defaults."""
+    params = {}
+    for field, default in _new_run_defaults():
+        params[field.column] = field.get_db_prep_save(default, connection)
+    for field in Run._meta.concrete_fields:
+        if field.column in START_COLUMNS:
+            params[field.column] = field.get_db_prep_save(getattr(run, field.column), connection)
+    return params
 
 
 @functools.cache
-def _answers(holder_states: frozenset[tuple[str, bool]]) -> list[str]:
-    """durable_start's p_answers: the holder states as 'status:picked_up' strings."""
-    return sorted(f"{status}:{str(picked).lower()}" for status, picked in holder_states)
+def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
+    """durable_start's p_answers, as START passes it: the holder states as
+    'status:picked_up' strings, comma-separated (one text, not an array to adapt)."""
+    return ",".join(sorted(f"{status}:{str(picked).lower()}" for status, picked in holder_states))
 
 
-def _wake(run: Run) -> dict[str, Any]:
+def _wake(run: NewRun, connection) -> dict[str, Any]:
     """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
     return {
-        "wake": run.due_at is not None and run.due_at <= now(),
+        "wake": run.due_at is not None and run.due_at <= now(connection),
         "channel": conf.get("NOTIFY_CHANNEL"),
     }
 
 
-def _inserted(run: Run) -> None:
-    run._state.adding = False
-    run._state.db = db().alias
-
-
-def insert_run(run: Run) -> bool:
+def insert_run(run: NewRun) -> bool:
     """Insert ``run`` unless that breaks a key constraint; return whether it was inserted."""
-    inserted = fetchone(INSERT_RUN, _run_params(run)) is not None
-    if inserted:
-        _inserted(run)
-    return inserted
+    connection = db()
+    return fetchone(INSERT_RUN, _run_params(run, connection), connection) is not None
 
 
-def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> InsertOrHolder:
+def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
     On PostgreSQL one statement, START (durable_start: it also wakes a worker, and
@@ -374,32 +424,34 @@ def insert_or_get_holder(run: Run, *, note: DuplicateNote | None = None) -> Inse
     INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the duplicate
     itself.
     """
-    if not is_postgres():
+    connection = db()
+    if connection.vendor != "postgresql":
         if insert_run(run):
             return InsertOrHolder(True)
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder)
     params = _start_params(run)
-    params.update(_wake(run))
+    params.update(_wake(run, connection))
     if note is not None:
         params.update(outcome=note.outcome, answers=_answers(note.holder_states))
     else:
-        params.update(outcome=None, answers=[])
-    row = fetchone(START, params)
+        params.update(outcome=None, answers="")
+    row = fetchone(START, params, connection)
     if row is None:
         return InsertOrHolder(False)
     if row[0]:
-        _inserted(run)
         return InsertOrHolder(True)
+    if row[-2]:
+        return InsertOrHolder(False, noted=True, input_changed=row[-1], holder_id=row[1])
     holder = from_row(Run, HOLDER_ATTNAMES, row[1:-2])
-    return InsertOrHolder(False, holder, noted=bool(row[-2]), input_changed=row[-1])
+    return InsertOrHolder(False, holder, input_changed=row[-1], holder_id=holder.id)
 
 
 class _Retry(Exception):
     pass
 
 
-def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
+def hand_off(run: NewRun, holder_id: uuid.UUID, holder_status: str) -> bool:
     """Take the key of the finished holder ``holder_id`` for the new ``run``: release
     it (if it still holds the key in ``holder_status``), insert ``run`` and record the
     hand-off, all or nothing. False (nothing written) when the holder moved on.
@@ -407,7 +459,8 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
     On PostgreSQL one statement (HAND_OFF); elsewhere the same writes in a transaction.
     """
     details = {"from_run_id": str(holder_id), "to_run_id": str(run.id)}
-    if not is_postgres():
+    connection = db()
+    if connection.vendor != "postgresql":
         try:
             with atomic():
                 if not release_key(holder_id, statuses=[holder_status]):
@@ -424,17 +477,14 @@ def hand_off(run: Run, holder_id: uuid.UUID, holder_status: str) -> bool:
         except _Retry:
             return False
         return True
-    params = _run_params(run)
-    params.update(_wake(run))
+    params = _run_params(run, connection)
+    params.update(_wake(run, connection))
     params.update(
         holder_id=holder_id,
         holder_status=holder_status,
         details=as_json({"key": run.key, "workflow": run.workflow, **details}),
     )
-    if fetchone(HAND_OFF, params) is None:
-        return False
-    _inserted(run)
-    return True
+    return fetchone(HAND_OFF, params, connection) is not None
 
 
 def record_activity(

@@ -60,12 +60,17 @@ def _check_tree(value: Any, what: str) -> None:
 
 def check_json(value: Any, what: str) -> Any:
     """Return ``value`` if it can be stored; ``TypeError`` / ``ValueError`` otherwise."""
+    json_text(value, what)
+    return value
+
+
+def json_text(value: Any, what: str) -> str:
+    """``value``'s JSON text, if it can be stored; ``TypeError`` / ``ValueError`` otherwise."""
     _check_tree(value, what)
     try:
-        json.dumps(value, allow_nan=False)
+        return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
-    return value
 
 
 def json_size(value: Any) -> int:
