@@ -23,7 +23,7 @@ import json
 import random
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
@@ -181,16 +181,6 @@ def execute(sql: str, params: Sequence | Mapping) -> int:
 def as_json(value: Any) -> str | None:
     """A JSON parameter for a statement that casts it (``%s::jsonb``)."""
     return None if value is None else json.dumps(value)
-
-
-def values_of(obj, fields: Iterable) -> dict[str, Any]:
-    """Each field's value of ``obj`` as the database takes it (``get_db_prep_save``),
-    by column: the parameters of a static INSERT naming every column."""
-    connection = db()
-    return {
-        field.column: field.get_db_prep_save(getattr(obj, field.attname), connection)
-        for field in fields
-    }
 
 
 def from_row(model, attnames: Sequence[str], row: Sequence[Any]):

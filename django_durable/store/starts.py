@@ -429,7 +429,7 @@ def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> I
         if insert_run(run):
             return InsertOrHolder(True)
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
-        return InsertOrHolder(False, holder)
+        return InsertOrHolder(False, holder, holder_id=holder.id if holder else None)
     params = _start_params(run)
     params.update(_wake(run, connection))
     if note is not None:
