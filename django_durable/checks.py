@@ -20,8 +20,9 @@ from django_durable.conf import DEFAULTS, WORKER_CONCURRENCY
 # psycopg_pool's ConnectionPool: min_size 4, and max_size defaults to min_size.
 PSYCOPG_POOL_MIN_SIZE = 4
 # Threads of a worker that hold a connection besides its execution threads:
-# the dispatcher, the heartbeat and the maintenance thread.
-WORKER_SERVICE_THREADS = 3
+# the dispatcher, the heartbeat, the maintenance thread and the recorder of last
+# steps (runtime/recorder.py; none with DURABLE["COMPLETION_BATCH"] = 1).
+WORKER_SERVICE_THREADS = 4
 
 DURATIONS = ("LEASE", "HEARTBEAT_INTERVAL", "POLL_INTERVAL", "SHUTDOWN_GRACE")
 OPTIONAL_DURATIONS = ("RUN_RETENTION", "ACTIVITY_RETENTION", "PRUNE_INTERVAL")
@@ -248,9 +249,14 @@ def pool_max_size(options: dict | None) -> int | None:
 
 def worker_connections(concurrency: int, *, listen_alias: str | None, alias: str) -> int:
     """Connections of ``alias`` a worker holds at once: one per execution thread, the
-    dispatcher, the heartbeat, the maintenance thread, and the notifier when it LISTENs
-    through the same alias (its start-up check NOTIFY borrows one of them too)."""
-    return concurrency + WORKER_SERVICE_THREADS + (1 if listen_alias == alias else 0)
+    dispatcher, the heartbeat, the maintenance thread, the recorder (unless
+    ``COMPLETION_BATCH`` is 1), and the notifier when it LISTENs through the same alias
+    (its start-up check NOTIFY borrows one of them too). Pools are PostgreSQL's, where
+    the recorder runs."""
+    batch = conf.get("COMPLETION_BATCH")
+    recorder = isinstance(batch, int) and batch > 1
+    service = WORKER_SERVICE_THREADS - (0 if recorder else 1)
+    return concurrency + service + (1 if listen_alias == alias else 0)
 
 
 def pool_size_warnings(
@@ -278,7 +284,8 @@ def pool_size_warnings(
             f"connection pool (OPTIONS['pool']) opens at most {size}.",
             hint=(
                 f'Set DATABASES["{alias}"]["OPTIONS"]["pool"]["max_size"] to at least '
-                "--concurrency + 3 (+ 1 when DURABLE['LISTEN_DATABASE'] is the same alias) "
+                "--concurrency + 4 (+ 1 when DURABLE['LISTEN_DATABASE'] is the same alias; "
+                "- 1 with DURABLE['COMPLETION_BATCH'] = 1) "
                 "in the worker's settings, plus what else the process runs."
             ),
             id="django_durable.W003",

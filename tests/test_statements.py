@@ -14,7 +14,7 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run
-from django_durable.store import claims, starts
+from django_durable.store import claims, handoffs, starts
 from tests.helpers import run_claimed
 from tests.testapp.workflows import Noop, SyncAccount
 
@@ -24,7 +24,7 @@ def test_the_statements_name_every_column_of_the_runs_table():
     assert columns == starts.RUN_COLUMNS
     attnames = tuple(field.attname for field in Run._meta.concrete_fields)
     assert attnames == claims.CLAIMED_COLUMNS
-    for statement in (starts.INSERT_RUN, starts.HAND_OFF):
+    for statement in (starts.INSERT_RUN, handoffs.HAND_OFF):
         for column in columns:
             assert f"%({column})s" in statement, (column, statement[:60])
     # durable_start takes the columns a start sets as arguments p_<column>, typed as
@@ -138,33 +138,50 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
 LEASE = timedelta(seconds=30)
 
 
+# A durable_start as an earlier build installed it, by the migration that replaces it:
+# 0016's took the answers as an array, 0017's returned a table.
+EARLIER_STARTS = {
+    "0016_start_looks_for_the_holder_first": ("p_answers text\n", "p_answers text[]\n"),
+    "0017_start_returns_one_value": (") RETURNS jsonb\n", ") RETURNS TABLE (inserted boolean)\n"),
+}
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_migration_0016_replaces_the_earlier_durable_start():
-    """A database migrated by an earlier build has durable_start with the answers as
-    text[]: 0016 drops that signature and installs the current one, which starts."""
+@pytest.mark.parametrize("name", sorted(EARLIER_STARTS))
+def test_a_migration_replaces_the_earlier_durable_start(name):
+    """A database migrated by an earlier build has that build's durable_start: the
+    migration drops it and installs the current one, which starts runs."""
     import importlib
 
-    migration = importlib.import_module(
-        "django_durable.migrations.0016_start_looks_for_the_holder_first"
-    )
-    earlier = starts.START_FUNCTION.replace("p_answers text\n", "p_answers text[]\n").replace(
-        "string_to_array(p_answers, ',')", "p_answers"
-    )
+    migration = importlib.import_module(f"django_durable.migrations.{name}")
+    current, earlier_text = EARLIER_STARTS[name]
+    earlier = starts.START_FUNCTION.replace(current, earlier_text)
     assert earlier != starts.START_FUNCTION
+    # Its body: whatever gets it installed (it is never called).
+    earlier = re.sub(
+        r"\$start\$.*\$start\$",
+        "$start$ BEGIN RAISE EXCEPTION 'earlier'; END $start$",
+        earlier,
+        flags=re.S,
+    )
     signatures = (
-        "SELECT pg_get_function_identity_arguments(oid) FROM pg_proc "
-        "WHERE proname = 'durable_start' AND pg_function_is_visible(oid)"
+        "SELECT pg_get_function_identity_arguments(oid), pg_get_function_result(oid) "
+        "FROM pg_proc WHERE proname = 'durable_start' AND pg_function_is_visible(oid)"
     )
     with connection.cursor() as cursor:
-        cursor.execute(earlier)
-        cursor.execute(signatures)
-        assert len(cursor.fetchall()) == 2
+        if "text[]" in earlier_text:
+            cursor.execute(earlier)
+            cursor.execute(signatures)
+            assert len(cursor.fetchall()) == 2
+        else:  # the same arguments: it replaces the current function
+            cursor.execute("DROP FUNCTION durable_start")
+            cursor.execute(earlier)
     with connection.schema_editor() as editor:
         migration.install(None, editor)
     with connection.cursor() as cursor:
         cursor.execute(signatures)
-        [(arguments,)] = cursor.fetchall()
-    assert arguments.endswith("p_answers text"), arguments
-    assert durable.start_detailed(SyncAccount, {"n": 1}, key="m16").outcome == "started"
-    assert durable.start_detailed(SyncAccount, {"n": 2}, key="m16").outcome == "use_existing"
+        [(arguments, result)] = cursor.fetchall()
+    assert arguments.endswith("p_answers text") and result == "jsonb", (arguments, result)
+    assert durable.start_detailed(SyncAccount, {"n": 1}, key=name).outcome == "started"
+    assert durable.start_detailed(SyncAccount, {"n": 2}, key=name).outcome == "use_existing"

@@ -70,6 +70,7 @@ from django_durable.store.diagnostics import (
 from django_durable.store.functions import (
     outdated_functions,
 )
+from django_durable.store.handoffs import hand_off
 from django_durable.store.holders import (
     active_children,
     cancel_run,
@@ -118,7 +119,6 @@ from django_durable.store.starts import (
     DuplicateNote,
     InsertOrHolder,
     NewRun,
-    hand_off,
     insert_or_get_holder,
     insert_run,
     record_activity,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import uuid
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -20,23 +21,23 @@ from typing import Any, NamedTuple
 from django_durable import conf
 from django_durable.models import Activity, Run
 from django_durable.store.base import (
+    alias,
     as_json,
-    atomic,
     db,
     fetchone,
-    from_row,
     now,
 )
-from django_durable.store.holders import get_holder, release_key
+from django_durable.store.holders import get_holder
 
 __all__ = [
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",
-    "hand_off",
     "insert_or_get_holder",
     "insert_run",
     "record_activity",
+    "run_params",
+    "wake_params",
 ]
 
 # Every column of ``durable_run``, in the model's order; the INSERTs below name
@@ -92,14 +93,14 @@ ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# The holder of a key that the start's insert found taken, and the duplicate's
-# activity row, in one statement: the second statement of durable_start (below),
-# whose arguments (p_ names) it reads. ``holder`` reads it through the unique index
-# durable_run_one_holder_per_key (no row: it finished and let the key go since);
-# ``note`` records the duplicate only when the holder is in a state in which the
-# start just answers (p_answers: 'status:picked_up' strings, comma-separated, from
-# keys.holder_answers; empty when the caller records the duplicate itself).
-HOLDER_AND_NOTE = """
+# The holder of a key, and the duplicate's activity row, in one statement: a
+# statement of durable_start (below), whose arguments (p_ names) it reads. ``holder``
+# reads it through the unique index durable_run_one_holder_per_key (no row: no run
+# holds the key); ``note`` records the duplicate only when the holder is in a state
+# in which the start just answers (p_answers: 'status:picked_up' strings,
+# comma-separated, from keys.holder_answers; empty when the caller records the
+# duplicate itself). Its answer is HOLDER_ANSWER.
+HOLDER_AND_NOTE_CTES = """
 WITH holder AS (
     SELECT h.id, h.workflow, h.queue, h.status, h.input, h."key", h.holds_key, h.due_at,
            h.debounce_deadline, h.started_at
@@ -120,12 +121,29 @@ note AS (
           = ANY (string_to_array(p_answers, ','))
     RETURNING 1
 )
-SELECT false, holder.id, holder.workflow, holder.queue, holder.status, holder.input,
-       holder."key", holder.holds_key, holder.due_at, holder.debounce_deadline,
-       holder.started_at, EXISTS (SELECT 1 FROM note),
-       holder.input IS DISTINCT FROM p_input
-FROM holder
 """
+
+# What HOLDER_AND_NOTE answers, one JSON object: a noted duplicate needs only the
+# holder's id; otherwise the start decides from the holder's columns (HOLDER_ATTNAMES).
+HOLDER_ANSWER = """
+CASE WHEN EXISTS (SELECT 1 FROM note)
+THEN jsonb_build_object(
+    'id', holder.id, 'noted', true,
+    'input_changed', holder.input IS DISTINCT FROM p_input)
+ELSE jsonb_build_object(
+    'id', holder.id, 'workflow', holder.workflow, 'queue', holder.queue,
+    'status', holder.status, 'input', holder.input, 'key', holder."key",
+    'holds_key', holder.holds_key, 'due_at', holder.due_at,
+    'debounce_deadline', holder.debounce_deadline, 'started_at', holder.started_at,
+    'noted', false, 'input_changed', holder.input IS DISTINCT FROM p_input)
+END"""
+
+# The statement on its own (tests/plans.py explains it); durable_start runs it with
+# ``INTO answer``.
+HOLDER_AND_NOTE = HOLDER_AND_NOTE_CTES + "SELECT" + HOLDER_ANSWER + "\nFROM holder\n"
+_HOLDER_AND_NOTE_INTO = (
+    HOLDER_AND_NOTE_CTES + "SELECT" + HOLDER_ANSWER + " INTO answer\nFROM holder"
+)
 
 # The columns a start gives a new run (the arguments of durable_start, with their
 # types); every other column begins as a new Run's default, which START_INSERT
@@ -168,8 +186,9 @@ ON CONFLICT DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migrations 0013, 0014 and 0016 through store.functions), so
-# its statements are planned once per database session, not at every start.
+# function (installed by migrations 0013, 0014, 0016 and 0017 through
+# store.functions), so its statements are planned once per database session, not
+# at every start.
 # A run that would hold a key first looks for the key's holder (HOLDER_AND_NOTE):
 # a duplicate is answered without an INSERT, which opens every index of durable_run
 # even when it inserts nothing (40-60 us of a duplicate, measured with pgbench).
@@ -178,9 +197,11 @@ ON CONFLICT DO NOTHING
 # transaction); a run that went in and is due now (p_wake) wakes an idle worker
 # with a NOTIFY, delivered at commit. Otherwise, for a keyed run, HOLDER_AND_NOTE
 # runs again as a statement of its own, so in READ COMMITTED it sees a holder that
-# committed while the insert waited for it. One row: (true, NULLs) for a run that
-# went in, or (false, the holder's columns, noted, input_changed); no row when
-# nothing went in and no run holds the key any more.
+# committed while the insert waited for it.
+# It returns one value, not a table (a call returning a table costs the server
+# about 20 us more to plan and the client a loader per column): JSON true for a run
+# that went in, the holder's HOLDER_ANSWER, or NULL when nothing went in and no run
+# holds the key any more.
 START_FUNCTION = (
     """
 CREATE OR REPLACE FUNCTION durable_start(
@@ -189,21 +210,18 @@ CREATE OR REPLACE FUNCTION durable_start(
     p_due_at timestamptz, p_timeout_at timestamptz, p_debounce_deadline timestamptz,
     p_step_names jsonb, p_trace_context jsonb, p_created_at timestamptz,
     p_wake boolean, p_channel text, p_outcome text, p_answers text
-) RETURNS TABLE (
-    inserted boolean, id uuid, workflow varchar, queue varchar, status varchar,
-    input jsonb, "key" varchar, holds_key boolean, due_at timestamptz,
-    debounce_deadline timestamptz, started_at timestamptz, noted boolean,
-    input_changed boolean
-)
+) RETURNS jsonb
 LANGUAGE plpgsql
 AS $start$
+DECLARE
+    answer jsonb;
 BEGIN
     IF p_holds_key THEN
-        RETURN QUERY"""
-    + HOLDER_AND_NOTE
+"""
+    + _HOLDER_AND_NOTE_INTO
     + """;
         IF FOUND THEN
-            RETURN;
+            RETURN answer;
         END IF;
     END IF;
 """
@@ -213,16 +231,15 @@ BEGIN
         IF p_wake THEN
             PERFORM pg_notify(p_channel, p_queue);
         END IF;
-        inserted := true;
-        RETURN NEXT;
-        RETURN;
+        RETURN 'true'::jsonb;
     END IF;
     IF p_key IS NULL THEN
-        RETURN;
+        RETURN NULL;
     END IF;
-    RETURN QUERY"""
-    + HOLDER_AND_NOTE
+"""
+    + _HOLDER_AND_NOTE_INTO
     + """;
+    RETURN answer;
 END
 $start$
 """
@@ -234,7 +251,7 @@ $start$
 # (Django's default) quotes a text several times faster than it adapts a JSON value
 # or a list, and a start's share of its own CPU time was mostly that.
 START = """
-SELECT * FROM durable_start(
+SELECT durable_start(
     %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(priority)s::integer,
     %(input)s::jsonb, %(context)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean,
     %(runs_after_id)s::uuid, %(parent_id)s::uuid, %(due_at)s::timestamptz,
@@ -244,53 +261,7 @@ SELECT * FROM durable_start(
 )
 """
 
-# Hand a finished holder's key to a new run (PostgreSQL), all or nothing, in one
-# statement: ``released`` lets the key go if the holder still holds it in the status
-# the start saw (found by its primary key: "holds_key IS NOT FALSE" matches no partial
-# index of holders, which stale statistics once made the planner scan whole);
-# ``new`` inserts the run only if that happened (the released version no longer
-# counts for the unique index within the statement); ``noted`` records the hand-off;
-# and the NOTIFY wakes a worker.
-HAND_OFF = """
-WITH released AS (
-    UPDATE durable_run SET holds_key = false
-    WHERE id = %(holder_id)s AND holds_key IS NOT FALSE AND status = %(holder_status)s
-    RETURNING id
-),
-new AS (
-    INSERT INTO durable_run (
-        id, workflow, queue, status, priority, input, context, result, error, "key",
-        holds_key, runs_after_id, parent_id, step_index, attempt, due_at,
-        timeout_at, debounce_deadline, waiting_for, state, worker_id,
-        lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
-        started_at, finished_at
-    )
-    SELECT
-        %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
-        %(priority)s::integer, %(input)s::jsonb, %(context)s::jsonb, %(result)s::jsonb,
-        %(error)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean, %(runs_after_id)s::uuid,
-        %(parent_id)s::uuid, %(step_index)s::integer, %(attempt)s::integer,
-        %(due_at)s::timestamptz, %(timeout_at)s::timestamptz,
-        %(debounce_deadline)s::timestamptz, %(waiting_for)s::varchar, %(state)s::jsonb,
-        %(worker_id)s::varchar, %(lease_expires_at)s::timestamptz, %(fence)s::integer,
-        %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-        %(created_at)s::timestamptz, %(started_at)s::timestamptz,
-        %(finished_at)s::timestamptz
-    WHERE EXISTS (SELECT 1 FROM released)
-    RETURNING id
-),
-noted AS (
-    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
-    SELECT 'key_handed_off', new.id, %(workflow)s, %(key)s, %(details)s::jsonb, %(created_at)s
-    FROM new
-    RETURNING 1
-)
-SELECT CASE WHEN %(wake)s THEN pg_notify(%(channel)s, %(queue)s)::text IS NULL ELSE false END,
-       EXISTS (SELECT 1 FROM noted)
-FROM new
-"""
-
-# The holder columns HOLDER_AND_NOTE returns, in the model's field order (the
+# The holder columns HOLDER_ANSWER returns, in the model's field order (the
 # fields holders.get_holder reads).
 HOLDER_ATTNAMES = (
     "id",
@@ -303,6 +274,12 @@ HOLDER_ATTNAMES = (
     "due_at",
     "debounce_deadline",
     "started_at",
+)
+# The times among them (JSON gives them as ISO 8601 text).
+_HOLDER_TIMES = tuple(
+    n
+    for n, attname in enumerate(HOLDER_ATTNAMES)
+    if attname in ("due_at", "debounce_deadline", "started_at")
 )
 
 
@@ -383,8 +360,8 @@ def _start_params(run: NewRun) -> dict[str, Any]:
     return params
 
 
-def _run_params(run: NewRun, connection) -> dict[str, Any]:
-    """Every column of the new run as the database takes it (INSERT_RUN, HAND_OFF): the
+def run_params(run: NewRun, connection) -> dict[str, Any]:
+    """Every column of the new run as the database takes it (INSERT_RUN, handoffs.HAND_OFF): the
     start's columns and a new run's defaults."""
     params = {}
     for field, default in _new_run_defaults():
@@ -402,7 +379,7 @@ def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
     return ",".join(sorted(f"{status}:{str(picked).lower()}" for status, picked in holder_states))
 
 
-def _wake(run: NewRun, connection) -> dict[str, Any]:
+def wake_params(run: NewRun, connection) -> dict[str, Any]:
     """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
     return {
         "wake": run.due_at is not None and run.due_at <= now(connection),
@@ -413,7 +390,7 @@ def _wake(run: NewRun, connection) -> dict[str, Any]:
 def insert_run(run: NewRun) -> bool:
     """Insert ``run`` unless that breaks a key constraint; return whether it was inserted."""
     connection = db()
-    return fetchone(INSERT_RUN, _run_params(run, connection), connection) is not None
+    return fetchone(INSERT_RUN, run_params(run, connection), connection) is not None
 
 
 def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> InsertOrHolder:
@@ -431,60 +408,36 @@ def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> I
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder, holder_id=holder.id if holder else None)
     params = _start_params(run)
-    params.update(_wake(run, connection))
+    params.update(wake_params(run, connection))
     if note is not None:
         params.update(outcome=note.outcome, answers=_answers(note.holder_states))
     else:
         params.update(outcome=None, answers="")
-    row = fetchone(START, params, connection)
-    if row is None:
+    (answer,) = fetchone(START, params, connection)
+    if answer is None:
         return InsertOrHolder(False)
-    if row[0]:
+    found = json.loads(answer)
+    if found is True:
         return InsertOrHolder(True)
-    if row[-2]:
-        return InsertOrHolder(False, noted=True, input_changed=row[-1], holder_id=row[1])
-    holder = from_row(Run, HOLDER_ATTNAMES, row[1:-2])
-    return InsertOrHolder(False, holder, input_changed=row[-1], holder_id=holder.id)
-
-
-class _Retry(Exception):
-    pass
-
-
-def hand_off(run: NewRun, holder_id: uuid.UUID, holder_status: str) -> bool:
-    """Take the key of the finished holder ``holder_id`` for the new ``run``: release
-    it (if it still holds the key in ``holder_status``), insert ``run`` and record the
-    hand-off, all or nothing. False (nothing written) when the holder moved on.
-
-    On PostgreSQL one statement (HAND_OFF); elsewhere the same writes in a transaction.
-    """
-    details = {"from_run_id": str(holder_id), "to_run_id": str(run.id)}
-    connection = db()
-    if connection.vendor != "postgresql":
-        try:
-            with atomic():
-                if not release_key(holder_id, statuses=[holder_status]):
-                    return False
-                if not insert_run(run):
-                    raise _Retry  # undo the release: another run holds the key now
-                record_activity(
-                    Activity.Kind.KEY_HANDED_OFF,
-                    run_id=run.id,
-                    workflow=run.workflow,
-                    key=run.key,
-                    details=details,
-                )
-        except _Retry:
-            return False
-        return True
-    params = _run_params(run, connection)
-    params.update(_wake(run, connection))
-    params.update(
-        holder_id=holder_id,
-        holder_status=holder_status,
-        details=as_json({"key": run.key, "workflow": run.workflow, **details}),
+    holder_id = uuid.UUID(found["id"])
+    if found["noted"]:
+        return InsertOrHolder(
+            False, noted=True, input_changed=found["input_changed"], holder_id=holder_id
+        )
+    return InsertOrHolder(
+        False, _holder(found), input_changed=found["input_changed"], holder_id=holder_id
     )
-    return fetchone(HAND_OFF, params, connection) is not None
+
+
+def _holder(found: dict[str, Any]) -> Run:
+    """The holder of HOLDER_ANSWER's JSON (its HOLDER_ATTNAMES), converted to what the
+    ORM reads: a UUID and times for the JSON's strings."""
+    values = [found[attname] for attname in HOLDER_ATTNAMES]
+    values[0] = uuid.UUID(values[0])
+    for n in _HOLDER_TIMES:
+        if values[n] is not None:
+            values[n] = datetime.fromisoformat(values[n])
+    return Run.from_db(alias(), list(HOLDER_ATTNAMES), values)
 
 
 def record_activity(

@@ -62,7 +62,7 @@ class Command(BaseCommand):
             type=positive_int,
             default=WORKER_CONCURRENCY,
             help="Runs executed at once, one thread and one database connection each "
-            "(the worker holds N + 3 connections, + 1 to LISTEN; system check W003).",
+            "(the worker holds N + 4 connections, + 1 to LISTEN; system check W003).",
         )
         parser.add_argument(
             "--burst",
