@@ -57,7 +57,7 @@ def _new_run(
     workflow: type[Workflow], payload: dict, key: str | None, **fields: Any
 ) -> store.NewRun:
     """The run a start inserts; ``fields`` set more of the columns a start sets
-    (``store.START_COLUMNS``: ``parent_id``, ``context``, ``runs_after_id``...)."""
+    (``store.starts.START_COLUMNS``: ``parent_id``, ``context``, ``runs_after_id``...)."""
     at = store.now()
     run = store.NewRun(
         id=uuid.uuid4(),
