@@ -57,7 +57,7 @@ def test_a_new_run_has_exactly_the_columns_a_start_sets():
     """A start builds a NewRun, not a Run: it has an attribute for each column
     durable_start takes, by column name, and no way to set any other column."""
     assert {f.name for f in dataclasses.fields(store.NewRun)} == set(starts.START_COLUMNS)
-    run = store.NewRun(
+    required = dict(
         id=uuid.uuid4(),
         workflow="w",
         queue="default",
@@ -65,18 +65,11 @@ def test_a_new_run_has_exactly_the_columns_a_start_sets():
         input={},
         created_at=timezone.now(),
     )
+    run = store.NewRun(**required)
     with pytest.raises(AttributeError):
         run.attempt = 3
     with pytest.raises(TypeError):
-        store.NewRun(
-            id=uuid.uuid4(),
-            workflow="w",
-            queue="default",
-            priority=0,
-            input={},
-            created_at=timezone.now(),
-            status="running",
-        )
+        store.NewRun(**required, status="running")
 
 
 def test_the_holder_columns_are_those_a_holder_is_read_with():

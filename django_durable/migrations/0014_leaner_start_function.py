@@ -6,7 +6,7 @@ Nothing on other databases."""
 
 from django.db import migrations
 
-from django_durable.store.functions import install_functions
+from django_durable.store.functions import replacing
 
 # durable_start's arguments as migration 0013 first installed them.
 EARLIER_START = """
@@ -18,12 +18,7 @@ DROP FUNCTION IF EXISTS durable_start(
 )
 """
 
-
-def install(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    schema_editor.execute(EARLIER_START)
-    install_functions(schema_editor.connection)
+install = replacing(EARLIER_START)
 
 
 class Migration(migrations.Migration):

@@ -23,7 +23,13 @@ from django_durable.store.claims import CLAIM_FUNCTION, NEXT_DUE_AT_FUNCTION
 from django_durable.store.starts import START_FUNCTION
 from django_durable.store.steps import RECORD_STEP_FUNCTION
 
-__all__ = ["FUNCTION_NAMES", "install_functions", "outdated_functions", "uninstall_functions"]
+__all__ = [
+    "FUNCTION_NAMES",
+    "install_functions",
+    "outdated_functions",
+    "replacing",
+    "uninstall_functions",
+]
 
 # Each function's name and its CREATE OR REPLACE statement.
 FUNCTIONS = {
@@ -68,6 +74,20 @@ def install_functions(connection) -> None:
     with connection.cursor() as cursor:
         for statement in FUNCTIONS.values():
             cursor.execute(statement)
+
+
+def replacing(earlier: str):
+    """A migration's ``RunPython`` that drops a function whose arguments or result
+    changed (``earlier``: its ``DROP FUNCTION IF EXISTS`` with the old signature), then
+    installs every function (PostgreSQL only)."""
+
+    def install(apps, schema_editor) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        schema_editor.execute(earlier)
+        install_functions(schema_editor.connection)
+
+    return install
 
 
 def uninstall_functions(connection) -> None:

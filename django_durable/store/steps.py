@@ -214,13 +214,21 @@ class Completion(NamedTuple):
     output: Any
 
 
-def _last_step_changes(run: Run, attempt: StepAttempt, output: Any) -> dict[str, Any]:
+def _next_step_changes(run: Run) -> dict[str, Any]:
+    """A completed step's changes: the run moves on to its next step."""
     return {
         "step_index": run.step_index + 1,
         "attempt": 1,
         "context": run.context,
         "waiting_for": None,
         "state": run_state.between_steps(run.state),
+    }
+
+
+def _last_step_changes(run: Run, attempt: StepAttempt, output: Any) -> dict[str, Any]:
+    """A completed last step's changes: past the last step, and the run completed."""
+    return {
+        **_next_step_changes(run),
         "status": Status.COMPLETED,
         "result": output,
         "finished_at": attempt.finished_at,
@@ -279,14 +287,7 @@ def record_step_completed(
     if last:
         record_completion(Completion(run, attempt, output))
         return
-    changes: dict[str, Any] = {
-        "step_index": run.step_index + 1,
-        "attempt": 1,
-        "context": run.context,
-        "waiting_for": None,
-        "state": run_state.between_steps(run.state),
-    }
-    _record(run, "next", changes, attempt)
+    _record(run, "next", _next_step_changes(run), attempt)
 
 
 def record_completion(completion: Completion) -> None:
