@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import django
@@ -20,7 +21,9 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 django.setup()
 
-from django.db import connection  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+from django.test.utils import override_settings  # noqa: E402
 
 import django_durable as durable  # noqa: E402
 from bench.common import Results, percentile, rate, stopwatch, suite_args, wanted  # noqa: E402
@@ -79,6 +82,47 @@ def starts(results: Results, args, n: int, tag: str) -> None:
                 if result.outcome != "handed_off":
                     raise RuntimeError(f"expected a hand-off, got {result.outcome}")
         results.add("start_handoff", rate(n, elapsed()), "ops/s")
+
+
+def start_statement(results: Results, n: int, tag: str) -> None:
+    """``start_statement``: the one statement of a new key's start (``SELECT
+    durable_start(...)``), as a start sends it through Django's cursor, with its
+    parameters built beforehand: what a start costs without any of its Python, so
+    the most a start could reach with Django's default (client-side) binding."""
+    sent = []
+
+    def capture(execute, sql, params, many, context):
+        sent.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        durable.start(BenchKeyed, {"i": -1}, key=f"{tag}:statement")
+    [(sql, params)] = [(sql, params) for sql, params in sent if "durable_start(" in sql]
+    calls = [
+        {**params, "id": str(uuid.uuid4()), "key": f"{tag}:statement:{i}", "input": f'{{"i": {i}}}'}
+        for i in range(n)
+    ]
+    with stopwatch() as elapsed:
+        for call in calls:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, call)
+                if cursor.fetchone()[0] != "true":
+                    raise RuntimeError("the statement did not insert its run")
+    results.add("start_statement", rate(n, elapsed()), "ops/s")
+
+
+def start_prepared(results: Results, n: int, tag: str) -> None:
+    """``start_new_key_prepared``: ``start_new_key`` through the ``prepared`` alias,
+    Django's ``server_side_binding`` with psycopg's ``prepare_threshold`` (the
+    documented opt-in; off by default)."""
+    with override_settings(DURABLE={**settings.DURABLE, "DATABASE": "prepared"}):
+        try:
+            with stopwatch() as elapsed:
+                for i in range(n):
+                    durable.start(BenchKeyed, {"i": i}, key=f"{tag}:prepared:{i}")
+        finally:
+            connections["prepared"].close()
+    results.add("start_new_key_prepared", rate(n, elapsed()), "ops/s")
 
 
 # --- the worker -----------------------------------------------------------------
@@ -263,6 +307,18 @@ def main() -> None:
             ["start_new_key", "start_duplicate", "start_duplicate_error", "start_handoff"],
             lambda repeat=repeat: starts(results, args, args.n, f"r{repeat}"),
         )
+        if wanted(args, "start_statement"):
+            truncate()
+            results.measure(
+                ["start_statement"],
+                lambda repeat=repeat: start_statement(results, args.n, f"r{repeat}"),
+            )
+        if wanted(args, "start_new_key_prepared"):
+            truncate()
+            results.measure(
+                ["start_new_key_prepared"],
+                lambda repeat=repeat: start_prepared(results, args.n, f"r{repeat}"),
+            )
         truncate()
         workers(results, args, args.n)
         truncate()

@@ -13,6 +13,8 @@ SUITE_METRICS = {
         "start_duplicate",
         "start_duplicate_error",
         "start_handoff",
+        "start_statement",
+        "start_new_key_prepared",
         "worker_c1",
         "worker_c4",
         "worker1_c4",
@@ -62,6 +64,8 @@ RAW = {
     "start_duplicate": "raw_insert",
     "start_duplicate_error": "raw_insert",
     "start_handoff": "raw_insert",
+    "start_statement": "raw_insert",
+    "start_new_key_prepared": "raw_insert",
     "start_many_new_key": "raw_insert",
     "start_many_duplicate": "raw_insert",
     "worker_c1": "raw_cycle_c1",
@@ -85,6 +89,8 @@ DUPLICATES = ["procrastinate_duplicate", "pgqueuer_duplicate"]
 WORKERS = ["procrastinate_worker_c4", "pgqueuer_worker", "dbos_worker"]
 PEERS = {
     "start_new_key": KEYED_STARTS,
+    "start_statement": KEYED_STARTS,
+    "start_new_key_prepared": KEYED_STARTS,
     "start_duplicate": DUPLICATES,
     "start_duplicate_error": DUPLICATES,
     "worker_c4": WORKERS,

@@ -28,6 +28,14 @@ DATABASES = {
     }
 }
 
+# The same database through Django's documented opt-in for prepared statements
+# (docs/production.md, "Prepared statements"), off by default: start_new_key_prepared
+# starts runs through it (DURABLE["DATABASE"] set to it for that measurement only).
+DATABASES["prepared"] = {
+    **DATABASES["default"],
+    "OPTIONS": {"server_side_binding": True, "prepare_threshold": 5},
+}
+
 DURABLE = {}
 # The soak (bench/soak.py) prunes as production does, on a short retention.
 if os.environ.get("BENCH_RUN_RETENTION_SECONDS"):

@@ -14,8 +14,9 @@ from django_durable.store import claims, starts
 # Each function: its CREATE statement (for the arguments' names and types) and the
 # statement its body runs.
 FUNCTION_QUERIES = {
-    # The start's look-up of the holder (its INSERT is a plain insert of one row).
-    "durable_start": (starts.START_FUNCTION, starts.HOLDER_AND_NOTE),
+    # The start's look-up of the holder (its INSERT is a plain insert of one row, and
+    # the duplicate's activity row one of a row of values).
+    "durable_start": (starts.START_FUNCTION, starts.HOLDER),
     "durable_claim": (claims.CLAIM_FUNCTION, claims.CLAIM_QUERY),
     "durable_next_due_at": (claims.NEXT_DUE_AT_FUNCTION, claims.NEXT_DUE_AT_QUERY),
 }

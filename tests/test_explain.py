@@ -58,7 +58,7 @@ def test_the_start_path_uses_the_one_holder_per_key_index(seeded):
     # the holder is read through the partial unique index.
     insert = explain_function(starts.START_FUNCTION, starts.START_INSERT, values, generic=False)
     assert "Conflict Resolution: NOTHING" in insert, insert
-    plan = explain_function(starts.START_FUNCTION, starts.HOLDER_AND_NOTE, values, generic=False)
+    plan = explain_function(starts.START_FUNCTION, starts.HOLDER, values, generic=False)
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -142,7 +142,7 @@ def generic_holder_plan(fn) -> str:
     """The generic plan (the one durable_start keeps) of the holder look-up of the
     start ``fn`` sends."""
     values = start_arguments(fn)
-    return explain_function(starts.START_FUNCTION, starts.HOLDER_AND_NOTE, values, generic=True)
+    return explain_function(starts.START_FUNCTION, starts.HOLDER, values, generic=True)
 
 
 def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):

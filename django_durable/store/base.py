@@ -12,7 +12,7 @@ neither take a live run nor delay or advance one. Statements that claim, renew o
 recover compare with ``now()`` inside the statement (``db_now()`` in the ORM);
 times computed in Python (a start's ``due_at``, a retry's, a sleep's) come from
 ``now()`` here, this process's clock corrected by its offset from the database's,
-measured once per connection when it opens (``connection_created``). SQLite is
+measured whenever a connection to it opens (``connection_created``). SQLite is
 one machine: it keeps this process's clock.
 """
 
@@ -22,7 +22,6 @@ import functools
 import json
 import random
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -68,9 +67,10 @@ def atomic(**kwargs):
     return transaction.atomic(using=alias(), **kwargs)
 
 
-# Each open connection's offset of the database's clock from this process's clock
-# (PostgreSQL), by connection wrapper (one per thread).
-_clock_offsets: weakref.WeakKeyDictionary[Any, timedelta] = weakref.WeakKeyDictionary()
+# The offset of each database's clock from this process's clock (PostgreSQL), by
+# alias: a property of the database server, measured again whenever a connection to
+# it opens (the last measurement stands).
+_clock_offsets: dict[str, timedelta] = {}
 
 # The database's clock now (not the transaction's start: clock_timestamp()).
 READ_CLOCK = "SELECT clock_timestamp()"
@@ -87,7 +87,7 @@ def _measure_clock(sender, connection, **kwargs) -> None:
     after = timezone.now()
     offset = database_now - (before + (after - before) / 2)
     # An offset within the round trip is no offset: keep this process's clock.
-    _clock_offsets[connection] = offset if abs(offset) > after - before else timedelta(0)
+    _clock_offsets[connection.alias] = offset if abs(offset) > after - before else timedelta(0)
 
 
 connection_created.connect(_measure_clock, dispatch_uid="django_durable.store.clock")
@@ -97,7 +97,7 @@ def now(connection=None) -> datetime:
     """The time by the database's clock (PostgreSQL: this process's, corrected);
     ``connection``: ``db()``, when the caller has it already."""
     at = timezone.now()
-    offset = _clock_offsets.get(connection or db())
+    offset = _clock_offsets.get(connection.alias if connection is not None else alias())
     return at + offset if offset else at
 
 

@@ -93,56 +93,57 @@ ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# The holder of a key, and the duplicate's activity row, in one statement: a
-# statement of durable_start (below), whose arguments (p_ names) it reads. ``holder``
-# reads it through the unique index durable_run_one_holder_per_key (no row: no run
-# holds the key); ``note`` records the duplicate only when the holder is in a state
-# in which the start just answers (p_answers: 'status:picked_up' strings,
+# The holder of a key, read through the unique index durable_run_one_holder_per_key
+# (no row: no run holds the key): a statement of durable_start (below), whose
+# arguments (p_ names) it reads, and which reads it ``INTO holder``.
+HOLDER = """
+SELECT h.id, h.workflow, h.queue, h.status, h.input, h."key", h.holds_key, h.due_at,
+       h.debounce_deadline, h.started_at
+FROM durable_run AS h
+WHERE h.workflow = p_workflow AND h."key" = p_key AND h.holds_key
+"""
+
+# The duplicate's activity row, which durable_start writes when the holder is in a
+# state in which the start only answers (p_answers: 'status:picked_up' strings,
 # comma-separated, from keys.holder_answers; empty when the caller records the
-# duplicate itself). Its answer is HOLDER_ANSWER.
-HOLDER_AND_NOTE_CTES = """
-WITH holder AS (
-    SELECT h.id, h.workflow, h.queue, h.status, h.input, h."key", h.holds_key, h.due_at,
-           h.debounce_deadline, h.started_at
-    FROM durable_run AS h
-    WHERE h.workflow = p_workflow AND h."key" = p_key AND h.holds_key
-),
-note AS (
-    INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
-    SELECT 'key_duplicate', holder.id, holder.workflow, holder."key",
-           jsonb_build_object(
-               'key', holder."key", 'workflow', holder.workflow,
-               'outcome', p_outcome,
-               'input_changed', holder.input IS DISTINCT FROM p_input,
-               'input', p_input),
-           p_created_at
-    FROM holder
-    WHERE holder.status || ':' || (holder.started_at IS NOT NULL)::text
-          = ANY (string_to_array(p_answers, ','))
-    RETURNING 1
+# duplicate itself).
+NOTE_DUPLICATE = """
+INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
+VALUES (
+    'key_duplicate', holder.id, holder.workflow, holder."key",
+    jsonb_build_object(
+        'key', holder."key", 'workflow', holder.workflow, 'outcome', p_outcome,
+        'input_changed', holder.input IS DISTINCT FROM p_input, 'input', p_input),
+    p_created_at
 )
 """
 
-# What HOLDER_AND_NOTE answers, one JSON object: a noted duplicate needs only the
-# holder's id; otherwise the start decides from the holder's columns (HOLDER_ATTNAMES).
-HOLDER_ANSWER = """
-CASE WHEN EXISTS (SELECT 1 FROM note)
-THEN jsonb_build_object(
-    'id', holder.id, 'noted', true,
-    'input_changed', holder.input IS DISTINCT FROM p_input)
-ELSE jsonb_build_object(
-    'id', holder.id, 'workflow', holder.workflow, 'queue', holder.queue,
-    'status', holder.status, 'input', holder.input, 'key', holder."key",
-    'holds_key', holder.holds_key, 'due_at', holder.due_at,
-    'debounce_deadline', holder.debounce_deadline, 'started_at', holder.started_at,
-    'noted', false, 'input_changed', holder.input IS DISTINCT FROM p_input)
-END"""
-
-# The statement on its own (tests/plans.py explains it); durable_start runs it with
-# ``INTO answer``.
-HOLDER_AND_NOTE = HOLDER_AND_NOTE_CTES + "SELECT" + HOLDER_ANSWER + "\nFROM holder\n"
-_HOLDER_AND_NOTE_INTO = (
-    HOLDER_AND_NOTE_CTES + "SELECT" + HOLDER_ANSWER + " INTO answer\nFROM holder"
+# durable_start's answer when a run holds the key (HOLDER found it), one JSON value:
+# a noted duplicate needs only the holder's id; otherwise the start decides from the
+# holder's columns (HOLDER_ATTNAMES). A block of the function, run as its statements
+# say: the activity row is written only for a duplicate the start just answers.
+_ANSWER_FROM_HOLDER = (
+    HOLDER.rstrip()
+    + """
+    INTO holder;
+    IF FOUND THEN
+        IF holder.status || ':' || (holder.started_at IS NOT NULL)::text
+           = ANY (string_to_array(p_answers, ',')) THEN
+"""
+    + NOTE_DUPLICATE.rstrip()
+    + """;
+            RETURN jsonb_build_object(
+                'id', holder.id, 'noted', true,
+                'input_changed', holder.input IS DISTINCT FROM p_input);
+        END IF;
+        RETURN jsonb_build_object(
+            'id', holder.id, 'workflow', holder.workflow, 'queue', holder.queue,
+            'status', holder.status, 'input', holder.input, 'key', holder."key",
+            'holds_key', holder.holds_key, 'due_at', holder.due_at,
+            'debounce_deadline', holder.debounce_deadline, 'started_at', holder.started_at,
+            'noted', false, 'input_changed', holder.input IS DISTINCT FROM p_input);
+    END IF;
+"""
 )
 
 # The columns a start gives a new run (the arguments of durable_start, with their
@@ -186,22 +187,24 @@ ON CONFLICT DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migrations 0013, 0014, 0016 and 0017 through
+# function (installed by migrations 0013, 0014, 0016, 0017 and 0018 through
 # store.functions), so its statements are planned once per database session, not
 # at every start.
-# A run that would hold a key first looks for the key's holder (HOLDER_AND_NOTE):
-# a duplicate is answered without an INSERT, which opens every index of durable_run
-# even when it inserts nothing (40-60 us of a duplicate, measured with pgbench).
+# A run that would hold a key first looks for the key's holder (HOLDER, a read
+# through the unique index): a duplicate is answered without an INSERT, which opens
+# every index of durable_run even when it inserts nothing. Only a duplicate that the
+# start just answers writes its activity row (NOTE_DUPLICATE): a new key pays one
+# index probe, not the setup of an insert into durable_activity.
 # Then it inserts the run unless that breaks a key constraint (ON CONFLICT DO
 # NOTHING: a taken key is an answer, never an error that would abort the caller's
 # transaction); a run that went in and is due now (p_wake) wakes an idle worker
-# with a NOTIFY, delivered at commit. Otherwise, for a keyed run, HOLDER_AND_NOTE
-# runs again as a statement of its own, so in READ COMMITTED it sees a holder that
-# committed while the insert waited for it.
+# with a NOTIFY, delivered at commit. Otherwise, for a keyed run, it looks for the
+# holder again, in a statement of its own, so in READ COMMITTED it sees a holder
+# that committed while the insert waited for it.
 # It returns one value, not a table (a call returning a table costs the server
 # about 20 us more to plan and the client a loader per column): JSON true for a run
-# that went in, the holder's HOLDER_ANSWER, or NULL when nothing went in and no run
-# holds the key any more.
+# that went in, the answer from the holder (_ANSWER_FROM_HOLDER), or NULL when
+# nothing went in and no run holds the key any more.
 START_FUNCTION = (
     """
 CREATE OR REPLACE FUNCTION durable_start(
@@ -214,16 +217,12 @@ CREATE OR REPLACE FUNCTION durable_start(
 LANGUAGE plpgsql
 AS $start$
 DECLARE
-    answer jsonb;
+    holder record;
 BEGIN
     IF p_holds_key THEN
 """
-    + _HOLDER_AND_NOTE_INTO
-    + """;
-        IF FOUND THEN
-            RETURN answer;
-        END IF;
-    END IF;
+    + _ANSWER_FROM_HOLDER
+    + """    END IF;
 """
     + START_INSERT
     + """;
@@ -237,9 +236,8 @@ BEGIN
         RETURN NULL;
     END IF;
 """
-    + _HOLDER_AND_NOTE_INTO
-    + """;
-    RETURN answer;
+    + _ANSWER_FROM_HOLDER
+    + """    RETURN NULL;
 END
 $start$
 """
@@ -261,7 +259,7 @@ SELECT durable_start(
 )
 """
 
-# The holder columns HOLDER_ANSWER returns, in the model's field order (the
+# The holder columns durable_start answers with, in the model's field order (the
 # fields holders.get_holder reads).
 HOLDER_ATTNAMES = (
     "id",
@@ -414,11 +412,11 @@ def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> I
     else:
         params.update(outcome=None, answers="")
     (answer,) = fetchone(START, params, connection)
+    if answer == "true":  # the run went in (the common answer: no JSON to parse)
+        return InsertOrHolder(True)
     if answer is None:
         return InsertOrHolder(False)
     found = json.loads(answer)
-    if found is True:
-        return InsertOrHolder(True)
     holder_id = uuid.UUID(found["id"])
     if found["noted"]:
         return InsertOrHolder(
@@ -430,7 +428,7 @@ def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> I
 
 
 def _holder(found: dict[str, Any]) -> Run:
-    """The holder of HOLDER_ANSWER's JSON (its HOLDER_ATTNAMES), converted to what the
+    """The holder of durable_start's JSON answer (its HOLDER_ATTNAMES), converted to what the
     ORM reads: a UUID and times for the JSON's strings."""
     values = [found[attname] for attname in HOLDER_ATTNAMES]
     values[0] = uuid.UUID(values[0])
