@@ -1,0 +1,256 @@
+"""Keyed starts side by side in time: ours and the peers', in alternating blocks.
+
+``bench/run.py`` measures each library in a process of its own, one after the
+other, so two figures it divides were taken minutes apart; on a shared machine
+whose disk and neighbours move, the ratio of one repeat has ranged from 0.7x to
+1.5x between the same two libraries in one run. The duel keeps one process per
+library open and has them run blocks of ``--n`` operations in turn, the order
+rotating each round, so every library meets the same conditions within a second
+or two. Each round gives one ratio per pair; the report gives their median and
+quartiles.
+
+Per library, on a database of its own:
+
+- ``durable``: ``durable.start(wf, input, key=new)``, then the same keys again
+  (each answered by its holder, ``use_existing``);
+- ``pgqueuer``: ``enqueue`` with a new ``dedupe_key``, then the same keys again
+  (``DuplicateJobError``);
+- ``procrastinate``: ``defer`` with a new ``queueing_lock``, then the same locks
+  again (``AlreadyEnqueued``).
+
+Run: ``python -m bench.duel [--rounds 12] [--n 300] [--json PATH]`` (the peers
+from ``pip install -e ".[bench]"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import drop_database, dsn, recreate_database
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARIES = ("durable", "pgqueuer", "procrastinate")
+# (ours, the peer, kind): the ratios reported, ours over the peer's rate.
+PAIRS = [
+    ("durable", "pgqueuer", "new"),
+    ("durable", "procrastinate", "new"),
+    ("durable", "pgqueuer", "dup"),
+    ("durable", "procrastinate", "dup"),
+]
+
+
+def database(library: str) -> str:
+    return f"bench_duel_{library}"
+
+
+# --- one library's process ------------------------------------------------------
+
+
+def durable_operations():
+    import django
+
+    django.setup()
+    import django_durable as durable
+    from bench.workflows import BenchKeyed
+
+    def new(n: int, tag: str) -> None:
+        for i in range(n):
+            durable.start(BenchKeyed, {"i": i}, key=f"{tag}:{i}")
+
+    def dup(n: int, tag: str) -> None:
+        for i in range(n):
+            result = durable.start_detailed(BenchKeyed, {"i": i}, key=f"{tag}:{i}")
+            if result.outcome != "use_existing":
+                raise RuntimeError(f"a duplicate start was answered by {result.outcome}")
+
+    return new, dup
+
+
+def pgqueuer_operations():
+    import psycopg
+    from pgqueuer.adapters.drivers.psycopg import SyncPsycopgDriver
+    from pgqueuer.domain.errors import DuplicateJobError
+    from pgqueuer.queries import SyncQueries
+
+    from bench.peer_pgqueuer import install
+
+    db = database("pgqueuer")
+    asyncio.run(install(db))
+    queries = SyncQueries(SyncPsycopgDriver(psycopg.connect(dsn(db), autocommit=True)))
+
+    def new(n: int, tag: str) -> None:
+        for i in range(n):
+            queries.enqueue("noop", b"%d" % i, dedupe_key=f"{tag}:{i}")
+
+    def dup(n: int, tag: str) -> None:
+        for i in range(n):
+            try:
+                queries.enqueue("noop", b"%d" % i, dedupe_key=f"{tag}:{i}")
+            except DuplicateJobError:
+                continue
+            raise RuntimeError("a duplicate enqueue was accepted")
+
+    return new, dup
+
+
+def procrastinate_operations():
+    import procrastinate
+
+    from bench.peer_procrastinate import make_app
+
+    app = make_app(database("procrastinate"))
+    app.open()
+    app.schema_manager.apply_schema()
+    noop = app.tasks["noop"]
+
+    def new(n: int, tag: str) -> None:
+        for i in range(n):
+            noop.configure(queueing_lock=f"{tag}:{i}").defer(i=i)
+
+    def dup(n: int, tag: str) -> None:
+        for i in range(n):
+            try:
+                noop.configure(queueing_lock=f"{tag}:{i}").defer(i=i)
+            except procrastinate.exceptions.AlreadyEnqueued:
+                continue
+            raise RuntimeError("a duplicate defer was accepted")
+
+    return new, dup
+
+
+def serve(library: str) -> None:
+    """Set ``library`` up, say "ready", then run each "KIND N TAG" line read from
+    stdin and answer the seconds it took."""
+    operations = {
+        "durable": durable_operations,
+        "pgqueuer": pgqueuer_operations,
+        "procrastinate": procrastinate_operations,
+    }[library]()
+    kinds = dict(zip(("new", "dup"), operations, strict=True))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        kind, n, tag = line.split()
+        began = time.perf_counter()
+        kinds[kind](int(n), tag)
+        print(time.perf_counter() - began, flush=True)
+
+
+# --- the controller -------------------------------------------------------------
+
+
+def _env(library: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DB_NAME": database(library),
+    }
+
+
+def _prepare(library: str) -> None:
+    recreate_database(database(library))
+    if library == "durable":
+        subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
+            cwd=ROOT,
+            env=_env(library),
+            check=True,
+        )
+
+
+def _start(library: str) -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.duel", "--serve", library],
+        cwd=ROOT,
+        env=_env(library),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if process.stdout.readline().strip() != "ready":
+        raise RuntimeError(f"{library} did not start")
+    return process
+
+
+def _block(process: subprocess.Popen, kind: str, n: int, tag: str) -> float:
+    process.stdin.write(f"{kind} {n} {tag}\n")
+    process.stdin.flush()
+    answer = process.stdout.readline()
+    if not answer:
+        raise RuntimeError(f"a {kind} block failed")
+    return n / float(answer)
+
+
+def duel(rounds: int, n: int) -> dict:
+    """Rates (ops/s) of each library and kind per round, and the ratios of PAIRS."""
+    for library in LIBRARIES:
+        _prepare(library)
+    processes = {library: _start(library) for library in LIBRARIES}
+    rates: dict[str, dict[str, list[float]]] = {
+        library: {"new": [], "dup": []} for library in LIBRARIES
+    }
+    try:
+        for r in range(rounds):
+            order = LIBRARIES[r % len(LIBRARIES) :] + LIBRARIES[: r % len(LIBRARIES)]
+            for kind in ("new", "dup"):
+                for library in order:
+                    rates[library][kind].append(_block(processes[library], kind, n, f"r{r}"))
+            print(
+                f"round {r + 1}: "
+                + ", ".join(f"{lib} {rates[lib]['new'][-1]:,.0f}/s" for lib in LIBRARIES),
+                flush=True,
+            )
+    finally:
+        for process in processes.values():
+            process.stdin.close()
+            process.wait(timeout=30)
+        for library in LIBRARIES:
+            drop_database(database(library))
+    ratios = {}
+    for ours, peer, kind in PAIRS:
+        each = [a / b for a, b in zip(rates[ours][kind], rates[peer][kind], strict=True)]
+        q1, median, q3 = statistics.quantiles(each, n=4)
+        ratios[f"{ours}_{kind} / {peer}_{kind}"] = {
+            "median": round(statistics.median(each), 3),
+            "quartiles": [round(q1, 3), round(q3, 3)],
+            "rounds": [round(x, 3) for x in each],
+        }
+    return {
+        "rounds": rounds,
+        "n": n,
+        "rates": {
+            library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
+            for library, kinds in rates.items()
+        },
+        "ratios": ratios,
+    }
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--n", type=int, default=300, help="operations per block")
+    parser.add_argument("--json", help="where to write the results")
+    args = parser.parse_args()
+    found = duel(args.rounds, args.n)
+    for name, ratio in found["ratios"].items():
+        low, high = ratio["quartiles"]
+        print(f"{name}: {ratio['median']:.2f}x (quartiles {low:.2f}-{high:.2f})")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(found, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
