@@ -52,6 +52,28 @@ def test_start_of_a_new_key_is_one_statement_without_a_transaction():
     assert (run.holds_key, run.status, run.input) == (True, "pending", {"n": 1})
 
 
+def test_a_start_serialises_its_input_once(monkeypatch):
+    """The JSON text a start checked its input as is the text its statement sends:
+    the input is not serialised a second time to build the call."""
+    import json
+
+    from django_durable.workflows import values
+
+    payload = {"order": {"items": [{"sku": "a", "qty": 2}], "note": "caf\u00e9"}}
+    serialised = []
+    encode, dumps = values._ENCODER.encode, json.dumps
+    monkeypatch.setattr(
+        values._ENCODER, "encode", lambda value: serialised.append(value) or encode(value)
+    )
+    monkeypatch.setattr(
+        json, "dumps", lambda value, *a, **kw: serialised.append(value) or dumps(value, *a, **kw)
+    )
+    run_id, statements = record(lambda: durable.start(SyncAccount, payload, key="acct:once"))
+    assert [value for value in serialised if value == payload] == [payload]
+    assert len(statements.seen) == 1
+    assert Run.objects.get(id=run_id).input == payload
+
+
 def test_start_without_a_key_is_one_statement():
     _run_id, statements = record(lambda: durable.start(Noop))
     assert len(statements.seen) == 1

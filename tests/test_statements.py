@@ -55,8 +55,10 @@ def test_durable_start_gives_the_other_columns_a_new_runs_defaults():
 
 def test_a_new_run_has_exactly_the_columns_a_start_sets():
     """A start builds a NewRun, not a Run: it has an attribute for each column
-    durable_start takes, by column name, and no way to set any other column."""
-    assert {f.name for f in dataclasses.fields(store.NewRun)} == set(starts.START_COLUMNS)
+    durable_start takes, by column name (and the input's JSON text, which is not a
+    column), and no way to set any other column."""
+    fields = {f.name for f in dataclasses.fields(store.NewRun)}
+    assert fields == {*starts.START_COLUMNS, "input_json"}
     required = dict(
         id=uuid.uuid4(),
         workflow="w",

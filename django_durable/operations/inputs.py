@@ -22,12 +22,19 @@ MAX_BY_CHARS = 200
 
 def validate_input(value: Any) -> dict:
     """A run's input: a JSON object (``None`` means ``{}``); ``TypeError`` otherwise."""
+    return validated_input(value)[0]
+
+
+def validated_input(value: Any) -> tuple[dict, str]:
+    """``validate_input``'s answer and the JSON text it was checked as: a start
+    sends that text, so an input is serialised once."""
     if value is None:
-        return {}
+        return {}, "{}"
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    # Round-trip so the stored input is exactly what a reader gets back.
-    return json.loads(json_text(value, "input"))
+    text = json_text(value, "input")
+    # Read back, so the stored input is exactly what a reader gets back.
+    return json.loads(text), text
 
 
 def validate_payload(value: Any, what: str) -> Any:

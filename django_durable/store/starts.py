@@ -307,8 +307,9 @@ class InsertOrHolder(NamedTuple):
 @dataclasses.dataclass(slots=True, kw_only=True)
 class NewRun:
     """A run a start is about to insert: the columns a start gives it (START_COLUMNS),
-    by column name. Every other column of ``durable_run`` begins as a new ``Run``'s
-    default, so a start has no way to set one (the class has no such attribute).
+    by column name, and the input's JSON text when the start has it. Every other
+    column of ``durable_run`` begins as a new ``Run``'s default, so a start has no way
+    to set one (the class has no such attribute).
     No model instance is built: a start needs the values, not a ``Run``."""
 
     id: uuid.UUID
@@ -327,6 +328,9 @@ class NewRun:
     debounce_deadline: datetime | None = None
     step_names: list = dataclasses.field(default_factory=list)
     trace_context: dict | None = None
+    # Not a column: the input's JSON text when the start has it already (it checked
+    # the input by serialising it), so START sends it without serialising it again.
+    input_json: str | None = None
 
 
 # How START passes a value of each of its argument types that is not sent as is:
@@ -348,12 +352,20 @@ def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
     )
 
 
+# Each argument of START's run but the input, and how it goes (None: as it is).
+_START_CONVERSIONS = tuple(
+    (column, _AS_TEXT.get(sql_type))
+    for column, sql_type in START_COLUMNS.items()
+    if column != "input"
+)
+
+
 def _start_params(run: NewRun) -> dict[str, Any]:
-    """START's run arguments (START_COLUMNS), as text where ``_AS_TEXT`` says so."""
-    params = {}
-    for column, sql_type in START_COLUMNS.items():
+    """START's run arguments (START_COLUMNS), as text where ``_AS_TEXT`` says so; the
+    input as the text the start checked it as, when it has it."""
+    params = {"input": run.input_json if run.input_json is not None else as_json(run.input)}
+    for column, convert in _START_CONVERSIONS:
         value = getattr(run, column)
-        convert = _AS_TEXT.get(sql_type)
         params[column] = value if value is None or convert is None else convert(value)
     return params
 
