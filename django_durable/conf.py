@@ -1,6 +1,9 @@
 """The ``DURABLE`` settings dict and its defaults.
 
-Read through ``durable_settings()`` so tests that override settings see the change.
+``get()`` reads the dict once and keeps it (a start reads several settings, and
+Django's lazy settings object costs a Python call per read); a change of
+``DURABLE`` through ``override_settings`` or pytest-django's ``settings`` fixture
+(Django's ``setting_changed`` signal) makes it read again.
 """
 
 from datetime import timedelta
@@ -8,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 # durable_worker's --concurrency when none is given (the system checks judge it).
 WORKER_CONCURRENCY = 1
@@ -59,13 +63,34 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# settings.DURABLE itself (not a copy: a change made to the dict in place is seen),
+# or None until it is read again.
+_configured: dict[str, Any] | None = None
+
+
+def _durable() -> dict[str, Any]:
+    global _configured
+    if _configured is None:
+        value = getattr(settings, "DURABLE", None)
+        _configured = value if value is not None else {}
+    return _configured
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    global _configured
+    if setting == "DURABLE":
+        _configured = None
+
+
+setting_changed.connect(_forget, dispatch_uid="django_durable.conf")
+
+
 def durable_settings() -> dict[str, Any]:
-    configured = getattr(settings, "DURABLE", {}) or {}
-    return {**DEFAULTS, **configured}
+    return {**DEFAULTS, **_durable()}
 
 
 def get(name: str) -> Any:
-    configured = getattr(settings, "DURABLE", None) or {}
+    configured = _durable()
     return configured[name] if name in configured else DEFAULTS[name]
 
 
