@@ -69,6 +69,8 @@ def parse_args() -> argparse.Namespace:
     args.n = args.n or (500 if args.quick else 5000)
     args.repeats = args.repeats or (1 if args.quick else 3)
     default_json = "quick.json" if args.quick else "latest.json"
+    # A run written elsewhere (--json) is a look, not a record: docs/ stay as they are.
+    args.records = args.json is None
     args.json = args.json or str(ROOT / "bench" / "results" / default_json)
     return args
 
@@ -241,7 +243,7 @@ def main() -> int:
         json.dump(recorded, fh, indent=1, default=str)
         fh.write("\n")
     print(f"\nwrote {os.path.relpath(args.json, ROOT)}")
-    if not args.quick and not args.only:
+    if args.records and not args.quick and not args.only:
         docs = ROOT / "docs" / "benchmarks.md"
         if metrics:
             report.update_docs(docs, info, table)
