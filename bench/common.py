@@ -6,11 +6,16 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PG = {
     "host": os.environ.get("PGHOST", "127.0.0.1"),
@@ -34,6 +39,28 @@ def recreate_database(dbname: str, port: int | None = None) -> None:
     with connect("postgres", port=port) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{dbname}"')
+
+
+def suite_env(database: str, **extra: str) -> dict[str, str]:
+    """The environment of a suite's process: this checkout importable, the bench's
+    settings, ``database`` as the one django-durable uses, and ``extra``."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "DJANGO_SETTINGS_MODULE": "bench.settings",
+        "BENCH_DB_NAME": database,
+        **extra,
+    }
+
+
+def migrate(env: dict[str, str]) -> None:
+    """``manage.py migrate`` on the database of ``env`` (a ``suite_env``)."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
 
 
 def drop_database(dbname: str) -> None:

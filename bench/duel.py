@@ -27,16 +27,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from bench.common import drop_database, dsn, recreate_database
+from bench.common import ROOT, drop_database, dsn, migrate, recreate_database, suite_env
 
-ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("durable", "pgqueuer", "procrastinate")
 # (ours, the peer, kind): the ratios reported, ours over the peer's rate.
 PAIRS = [
@@ -147,23 +144,13 @@ def serve(library: str) -> None:
 
 
 def _env(library: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "BENCH_DB_NAME": database(library),
-    }
+    return suite_env(database(library))
 
 
 def _prepare(library: str) -> None:
     recreate_database(database(library))
     if library == "durable":
-        subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-            cwd=ROOT,
-            env=_env(library),
-            check=True,
-        )
+        migrate(_env(library))
 
 
 def _start(library: str) -> subprocess.Popen:

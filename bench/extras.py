@@ -12,34 +12,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 from bench import cluster
-from bench.common import drop_database, recreate_database
+from bench.common import ROOT, drop_database, migrate, recreate_database, suite_env
 
-ROOT = Path(__file__).resolve().parent.parent
 SOAK_PORT = int(os.environ.get("BENCH_SOAK_PORT", "5439"))
 # The soak's cluster: autovacuum on, as in production; everything else the defaults.
 SOAK_SERVER = {"autovacuum": "on", "shared_buffers": "128MB", "max_connections": "50"}
-
-
-def _env(database: str, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "BENCH_DB_NAME": database,
-        **extra,
-    }
-
-
-def _migrated(database: str, env: dict[str, str]) -> None:
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
 
 
 def _run(module: str, arguments: list[str], env: dict[str, str], timeout: float) -> dict:
@@ -65,8 +44,8 @@ def _run(module: str, arguments: list[str], env: dict[str, str], timeout: float)
 def scale(sizes: str, n: int, keep: bool = False) -> dict:
     database = "bench_scale"
     recreate_database(database)
-    env = _env(database)
-    _migrated(database, env)
+    env = suite_env(database)
+    migrate(env)
     try:
         return _run("bench.scale_suite", ["--sizes", sizes, "--n", str(n)], env, 7200)
     finally:
@@ -81,17 +60,17 @@ def soak(minutes: float, rate: float, untuned: bool = False) -> dict:
         arguments.append("--untuned")
     timeout = minutes * 60 + 600
     if not cluster.available():
-        env = _env(database)
+        env = suite_env(database)
         recreate_database(database)
-        _migrated(database, env)
+        migrate(env)
         result = _run("bench.soak", arguments, env, timeout)
         result["server"] = "the shared server (pg_createcluster not found)"
         drop_database(database)
         return result
     with cluster.own_cluster(SOAK_PORT, SOAK_SERVER) as port:
-        env = _env(database, PGPORT=str(port))
+        env = suite_env(database, PGPORT=str(port))
         recreate_database(database, port)
-        _migrated(database, env)
+        migrate(env)
         result = _run("bench.soak", arguments, env, timeout)
         result["server"] = f"a cluster of its own (port {port}): {SOAK_SERVER}"
         return result
@@ -100,8 +79,8 @@ def soak(minutes: float, rate: float, untuned: bool = False) -> dict:
 def producers(processes: int, seconds: float) -> dict:
     database = "bench_producers"
     recreate_database(database)
-    env = _env(database)
-    _migrated(database, env)
+    env = suite_env(database)
+    migrate(env)
     try:
         return _run(
             "bench.producers",

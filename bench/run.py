@@ -29,7 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import extras, report, report_extras  # noqa: E402
-from bench.common import connect, drop_database, recreate_database  # noqa: E402
+from bench.common import (  # noqa: E402
+    connect,
+    drop_database,
+    migrate,
+    recreate_database,
+    suite_env,
+)
 
 # (name, module, database, package that must be importable)
 SUITES = [
@@ -75,23 +81,9 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def env(database: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "DJANGO_SETTINGS_MODULE": "bench.settings",
-        "BENCH_DB_NAME": database,
-    }
-
-
 def prepare_durable(database: str) -> None:
     recreate_database(database)
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-        cwd=ROOT,
-        env=env(database),
-        check=True,
-    )
+    migrate(suite_env(database))
 
 
 def run_suite(module: str, database: str, args, timeout: float) -> dict:
@@ -115,7 +107,7 @@ def run_suite(module: str, database: str, args, timeout: float) -> dict:
     if args.only:
         command += ["--only", args.only]
     try:
-        done = subprocess.run(command, cwd=ROOT, env=env(database), timeout=timeout)
+        done = subprocess.run(command, cwd=ROOT, env=suite_env(database), timeout=timeout)
         if done.returncode != 0:
             return {"error": f"{module} exited {done.returncode}"}
         with open(path) as fh:

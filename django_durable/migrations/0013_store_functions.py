@@ -4,11 +4,7 @@ session. Nothing on other databases."""
 
 from django.db import migrations
 
-from django_durable.store.functions import install_functions, uninstall_functions
-
-
-def install(apps, schema_editor):
-    install_functions(schema_editor.connection)
+from django_durable.store.functions import installing, uninstall_functions
 
 
 def uninstall(apps, schema_editor):
@@ -21,5 +17,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(install, uninstall),
+        migrations.RunPython(installing, uninstall),
     ]

@@ -5,11 +5,7 @@ installed again. Nothing on other databases."""
 
 from django.db import migrations
 
-from django_durable.store.functions import install_functions
-
-
-def install(apps, schema_editor):
-    install_functions(schema_editor.connection)
+from django_durable.store.functions import installing
 
 
 class Migration(migrations.Migration):
@@ -18,5 +14,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(install, migrations.RunPython.noop),
+        migrations.RunPython(installing, migrations.RunPython.noop),
     ]

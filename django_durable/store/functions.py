@@ -26,6 +26,7 @@ from django_durable.store.steps import RECORD_STEP_FUNCTION
 __all__ = [
     "FUNCTION_NAMES",
     "install_functions",
+    "installing",
     "outdated_functions",
     "replacing",
     "uninstall_functions",
@@ -76,6 +77,11 @@ def install_functions(connection) -> None:
             cursor.execute(statement)
 
 
+def installing(apps, schema_editor) -> None:
+    """A migration's ``RunPython`` that installs every function (PostgreSQL only)."""
+    install_functions(schema_editor.connection)
+
+
 def replacing(earlier: str):
     """A migration's ``RunPython`` that drops a function whose arguments or result
     changed (``earlier``: its ``DROP FUNCTION IF EXISTS`` with the old signature), then
@@ -85,7 +91,7 @@ def replacing(earlier: str):
         if schema_editor.connection.vendor != "postgresql":
             return
         schema_editor.execute(earlier)
-        install_functions(schema_editor.connection)
+        installing(apps, schema_editor)
 
     return install
 
