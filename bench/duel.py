@@ -125,7 +125,7 @@ def procrastinate_operations():
 
 def serve(library: str) -> None:
     """Set ``library`` up, say "ready", then run each "KIND N TAG" line read from
-    stdin and answer the seconds it took."""
+    stdin and answer the seconds it took and the CPU seconds this process spent."""
     operations = {
         "durable": durable_operations,
         "pgqueuer": pgqueuer_operations,
@@ -135,9 +135,9 @@ def serve(library: str) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         kind, n, tag = line.split()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         kinds[kind](int(n), tag)
-        print(time.perf_counter() - began, flush=True)
+        print(time.perf_counter() - began, time.process_time() - cpu, flush=True)
 
 
 # --- the controller -------------------------------------------------------------
@@ -167,21 +167,27 @@ def _start(library: str) -> subprocess.Popen:
     return process
 
 
-def _block(process: subprocess.Popen, kind: str, n: int, tag: str) -> float:
+def _block(process: subprocess.Popen, kind: str, n: int, tag: str) -> tuple[float, float]:
+    """One block: (operations per second, microseconds of the process's CPU per operation)."""
     process.stdin.write(f"{kind} {n} {tag}\n")
     process.stdin.flush()
     answer = process.stdout.readline()
     if not answer:
         raise RuntimeError(f"a {kind} block failed")
-    return n / float(answer)
+    seconds, cpu = map(float, answer.split())
+    return n / seconds, cpu / n * 1e6
 
 
 def duel(rounds: int, n: int) -> dict:
-    """Rates (ops/s) of each library and kind per round, and the ratios of PAIRS."""
+    """Rates (ops/s) and CPU per operation (µs, in the library's process) of each
+    library and kind per round, and the ratios of PAIRS."""
     for library in LIBRARIES:
         _prepare(library)
     processes = {library: _start(library) for library in LIBRARIES}
     rates: dict[str, dict[str, list[float]]] = {
+        library: {"new": [], "dup": []} for library in LIBRARIES
+    }
+    cpu: dict[str, dict[str, list[float]]] = {
         library: {"new": [], "dup": []} for library in LIBRARIES
     }
     try:
@@ -189,7 +195,9 @@ def duel(rounds: int, n: int) -> dict:
             order = LIBRARIES[r % len(LIBRARIES) :] + LIBRARIES[: r % len(LIBRARIES)]
             for kind in ("new", "dup"):
                 for library in order:
-                    rates[library][kind].append(_block(processes[library], kind, n, f"r{r}"))
+                    rate, used = _block(processes[library], kind, n, f"r{r}")
+                    rates[library][kind].append(rate)
+                    cpu[library][kind].append(used)
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{lib} {rates[lib]['new'][-1]:,.0f}/s" for lib in LIBRARIES),
@@ -217,6 +225,10 @@ def duel(rounds: int, n: int) -> dict:
             library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
             for library, kinds in rates.items()
         },
+        "cpu_us": {
+            library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
+            for library, kinds in cpu.items()
+        },
         "ratios": ratios,
     }
 
@@ -231,6 +243,12 @@ def main() -> None:
     parser.add_argument("--json", help="where to write the results")
     args = parser.parse_args()
     found = duel(args.rounds, args.n)
+    for library in LIBRARIES:
+        rate, used = found["rates"][library], found["cpu_us"][library]
+        print(
+            f"{library}: new {rate['new']:,.0f}/s ({used['new']:.0f} µs CPU each), "
+            f"duplicate {rate['dup']:,.0f}/s ({used['dup']:.0f} µs CPU each)"
+        )
     for name, ratio in found["ratios"].items():
         low, high = ratio["quartiles"]
         print(f"{name}: {ratio['median']:.2f}x (quartiles {low:.2f}-{high:.2f})")

@@ -1,5 +1,7 @@
 """start() checks the workflow, the input, the key and on_duplicate before it writes."""
 
+import collections
+import json
 import math
 import uuid
 
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 import django_durable as durable
 from django_durable import signals
 from django_durable.models import Activity, Run
-from django_durable.operations import keys
+from django_durable.operations import inputs, keys
 from tests.testapp.workflows import SyncAccount
 
 
@@ -192,3 +194,46 @@ def test_key_is_keyword_only(nothing_written):
 def test_the_input_is_stored_as_json_reads_it_back():
     run_id = durable.start(SyncAccount, {"ids": (1, 2), "n": 1.5}, key="account:1")
     assert durable.get_run(run_id).input == {"ids": [1, 2], "n": 1.5}
+
+
+@pytest.mark.parametrize(
+    "value, plain",
+    [
+        ({"a": [1, 2.5, True, None, {"b": "c"}]}, True),
+        ({}, True),
+        ({"ids": (1, 2)}, False),  # reads back as a list
+        ({1: "one"}, False),  # reads back with a str key
+        ({"when": collections.OrderedDict(a=1)}, False),  # a subclass reads back as dict
+    ],
+)
+def test_a_start_keeps_its_input_only_when_it_reads_back_equal(value, plain):
+    """A start goes on with what a reader gets back: the caller's input itself when
+    its JSON reads back as an equal value, the text read back otherwise."""
+    payload, text = inputs.validated_input(value)
+    assert (payload is value) is plain
+    assert payload == json.loads(text)
+
+
+_storable_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=4
+)
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _storable_text,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_storable_text | st.integers(), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_storable_text, _json_values, max_size=4))
+def test_what_a_start_goes_on_with_is_what_a_reader_gets_back(value):
+    payload, text = inputs.validated_input(value)
+    assert payload == json.loads(text)

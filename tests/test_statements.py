@@ -74,6 +74,30 @@ def test_a_new_run_has_exactly_the_columns_a_start_sets():
         store.NewRun(**required, status="running")
 
 
+def test_a_start_passes_one_argument_per_column_it_sets():
+    """``_start_params`` is written out, not derived from START_COLUMNS: it names each
+    of them, and passes a UUID, a time and a JSON value as the text START casts."""
+    at = timezone.now()
+    run = store.NewRun(
+        id=uuid.uuid4(),
+        workflow="w",
+        queue="default",
+        priority=0,
+        input={"a": [1]},
+        created_at=at,
+        parent_id=uuid.uuid4(),
+        due_at=at,
+        step_names=["one", "two"],
+    )
+    params = starts._start_params(run)
+    assert set(params) == set(starts.START_COLUMNS)
+    assert params["id"] == str(run.id) and params["parent_id"] == str(run.parent_id)
+    assert params["runs_after_id"] is None and params["timeout_at"] is None
+    assert params["due_at"] == at.isoformat() == params["created_at"]
+    assert params["input"] == '{"a": [1]}' and params["context"] == "{}"
+    assert params["step_names"] == '["one", "two"]'
+
+
 def test_the_holder_columns_are_those_a_holder_is_read_with():
     from django_durable.store import holders
 

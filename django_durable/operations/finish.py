@@ -25,11 +25,12 @@ from django_durable.workflows.definition import registry
 logger = logging.getLogger("django_durable")
 
 
-def send_after_commit(signal, sender, **kwargs) -> None:
-    """Send a signal once the current transaction commits (at once in autocommit)."""
+def send_after_commit(signal, sender, *, connection=None, **kwargs) -> None:
+    """Send a signal once the current transaction commits (at once in autocommit);
+    ``connection``: ``store.db()``, when the caller has it already."""
     if not signal.receivers:  # nobody listens at all (cheaper than has_listeners)
         return
-    if store.db().in_atomic_block:
+    if (connection or store.db()).in_atomic_block:
         transaction.on_commit(
             lambda: signal.send_robust(sender=sender, **kwargs), using=store.alias()
         )

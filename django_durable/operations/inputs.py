@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from django_durable.workflows import input_kinds
-from django_durable.workflows.values import check_text, json_text
+from django_durable.workflows.values import check_text, checked_json, json_text
 
 # An event's or an input's name: the column's length (Event.name).
 MAX_NAME_CHARS = 200
@@ -32,9 +32,11 @@ def validated_input(value: Any) -> tuple[dict, str]:
         return {}, "{}"
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    text = json_text(value, "input")
-    # Read back, so the stored input is exactly what a reader gets back.
-    return json.loads(text), text
+    text, plain = checked_json(value, "input")
+    # The start goes on with what a reader gets back: the input itself when it is
+    # plain JSON (it reads back as an equal value), else the text read back (a
+    # tuple becomes a list, an int key a str).
+    return (value if plain else json.loads(text)), text
 
 
 def validate_payload(value: Any, what: str) -> Any:

@@ -170,21 +170,22 @@ def start_run(
     **fields: Any,
 ) -> StartResult:
     """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
+    connection = store.db()  # looked up once: each look-up costs a thread-local read
     if key is None:
         run = _new_run(workflow, payload, None, **fields)
         # One statement (INSERT and NOTIFY), atomic on its own; inside the caller's
         # transaction, in a savepoint that keeps that transaction usable whatever happens.
-        if store.in_autocommit():
-            store.insert_or_get_holder(run)  # no key: always inserted
+        if store.in_autocommit(connection):
+            store.insert_or_get_holder(run, connection=connection)  # no key: always inserted
         else:
             with store.atomic():
-                store.insert_or_get_holder(run)
-        _announce_new_run(workflow, run, notify=False)
+                store.insert_or_get_holder(run, connection=connection)
+        _announce_new_run(workflow, run, notify=False, connection=connection)
         return StartResult(run.id, "started")
 
     answer = (
-        _start_keyed_alone(workflow, payload, key, policy, fields)
-        if store.in_autocommit()
+        _start_keyed_alone(connection, workflow, payload, key, policy, fields)
+        if store.in_autocommit(connection)
         else None
     )
     if answer is None or isinstance(answer, store.InsertOrHolder):
@@ -198,7 +199,7 @@ def start_run(
 
 
 def _start_keyed_alone(
-    workflow, payload, key, policy, fields
+    connection, workflow, payload, key, policy, fields
 ) -> tuple[StartResult | None, Any] | store.InsertOrHolder:
     """The common keyed starts of a caller in autocommit, without a transaction.
 
@@ -206,16 +207,18 @@ def _start_keyed_alone(
     (``use_existing``, ``error``; the statement writes the activity row). Any
     other answer (hand-off, cancel, debounce, run_again, send_event) needs
     several writes together: what the statement found is returned, and the
-    caller goes on from there in a transaction.
+    caller goes on from there in a transaction. ``connection``: ``store.db()``,
+    looked up once for the whole start.
     """
     run = _new_run(workflow, payload, key, holds_key=True, **fields)
     note = _duplicate_note(workflow, policy)
-    found = store.insert_or_get_holder(run, note=note)
+    found = store.insert_or_get_holder(run, note=note, connection=connection)
     if found.inserted:
-        _announce_new_run(workflow, run, notify=False)  # the insert sent the NOTIFY
+        # The insert sent the NOTIFY.
+        _announce_new_run(workflow, run, notify=False, connection=connection)
         return StartResult(run.id, "started"), None
     if found.noted:
-        return _noted_answer(workflow, key, payload, note, found)
+        return _noted_answer(workflow, key, payload, note, found, connection)
     holder = found.holder
     if holder is None:
         return found
@@ -245,10 +248,14 @@ def _answered_by(holder_id: uuid.UUID, outcome: str) -> tuple[StartResult | None
     return (None, holder_id) if outcome == "error" else (StartResult(holder_id, outcome), None)
 
 
-def _noted_answer(workflow, key, payload, note, found) -> tuple[StartResult | None, Any]:
+def _noted_answer(
+    workflow, key, payload, note, found, connection=None
+) -> tuple[StartResult | None, Any]:
     """The statement recorded the duplicate: the holder answers (or KeyTaken names it)."""
     holder_id = found.holder_id
-    _announce_duplicate(workflow, key, holder_id, payload, note.outcome, found.input_changed)
+    _announce_duplicate(
+        workflow, key, holder_id, payload, note.outcome, found.input_changed, connection
+    )
     return _answered_by(holder_id, note.outcome)
 
 
@@ -388,11 +395,16 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
     return StartResult(waiting_id, "run_again")
 
 
-def _announce_new_run(workflow, run: store.NewRun, *, notify: bool = True) -> None:
+def _announce_new_run(workflow, run: store.NewRun, *, notify: bool = True, connection=None) -> None:
     if notify and run.due_at is not None and run.due_at <= store.now():
         store.notify_due(run.queue)
     send_after_commit(
-        signals.run_started, workflow, run_id=run.id, workflow=run.workflow, key=run.key
+        signals.run_started,
+        workflow,
+        connection=connection,
+        run_id=run.id,
+        workflow=run.workflow,
+        key=run.key,
     )
 
 
@@ -412,10 +424,13 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
     _announce_duplicate(workflow, key, holder.id, payload, outcome, input_changed)
 
 
-def _announce_duplicate(workflow, key, holder_id, payload, outcome, input_changed) -> None:
+def _announce_duplicate(
+    workflow, key, holder_id, payload, outcome, input_changed, connection=None
+) -> None:
     send_after_commit(
         signals.key_duplicate,
         workflow,
+        connection=connection,
         run_id=holder_id,
         workflow=workflow.name,
         key=key,

@@ -111,9 +111,10 @@ def is_postgres() -> bool:
     return db().vendor == "postgresql"
 
 
-def in_autocommit() -> bool:
-    """True when the caller has no transaction open: one statement is then atomic alone."""
-    return db().get_autocommit()
+def in_autocommit(connection=None) -> bool:
+    """True when the caller has no transaction open: one statement is then atomic alone;
+    ``connection``: ``db()``, when the caller has it already."""
+    return (connection or db()).get_autocommit()
 
 
 # --- deadlocks ----------------------------------------------------------------------
@@ -180,7 +181,11 @@ def execute(sql: str, params: Sequence | Mapping) -> int:
 
 def as_json(value: Any) -> str | None:
     """A JSON parameter for a statement that casts it (``%s::jsonb``)."""
-    return None if value is None else json.dumps(value)
+    if value is None:
+        return None
+    if type(value) is dict and not value:  # a new run's context: no encoder needed
+        return "{}"
+    return json.dumps(value)
 
 
 def from_row(model, attnames: Sequence[str], row: Sequence[Any]):

@@ -333,12 +333,11 @@ class NewRun:
     input_json: str | None = None
 
 
-# How START passes a value of each of its argument types that is not sent as is:
-# as text, which the statement casts back (``%(due_at)s::timestamptz``). psycopg's
-# client-side binding (Django's default) quotes a text several times faster than it
-# adapts a UUID, a datetime, a JSON value or a list; with the Python around it, that
-# adapting was the largest part of a start's own CPU time.
-_AS_TEXT = {"uuid": str, "timestamptz": datetime.isoformat, "jsonb": as_json}
+# How START passes its arguments: a UUID, a time or a JSON value as text, which the
+# statement casts back (``%(due_at)s::timestamptz``). psycopg's client-side binding
+# (Django's default) quotes a text several times faster than it adapts a UUID, a
+# datetime, a JSON value or a list; with the Python around it, that adapting was the
+# largest part of a start's own CPU time.
 
 
 @functools.cache
@@ -352,22 +351,43 @@ def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
     )
 
 
-# Each argument of START's run but the input, and how it goes (None: as it is).
-_START_CONVERSIONS = tuple(
-    (column, _AS_TEXT.get(sql_type))
-    for column, sql_type in START_COLUMNS.items()
-    if column != "input"
-)
+def _uuid_text(value: uuid.UUID | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def _time_text(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+@functools.lru_cache(maxsize=1024)
+def _names_json(names: tuple[str, ...]) -> str:
+    """A workflow's step names as JSON: the same few lists at every start of it."""
+    return json.dumps(list(names))
 
 
 def _start_params(run: NewRun) -> dict[str, Any]:
-    """START's run arguments (START_COLUMNS), as text where ``_AS_TEXT`` says so; the
-    input as the text the start checked it as, when it has it."""
-    params = {"input": run.input_json if run.input_json is not None else as_json(run.input)}
-    for column, convert in _START_CONVERSIONS:
-        value = getattr(run, column)
-        params[column] = value if value is None or convert is None else convert(value)
-    return params
+    """START's run arguments, one per column of START_COLUMNS (a test checks that),
+    as text where the statement casts them back; the input as the text the start
+    checked it as, when it has it. Written out, not looped over the columns: this
+    runs at every start."""
+    return {
+        "id": str(run.id),
+        "workflow": run.workflow,
+        "queue": run.queue,
+        "priority": run.priority,
+        "input": run.input_json if run.input_json is not None else as_json(run.input),
+        "context": as_json(run.context),
+        "key": run.key,
+        "holds_key": run.holds_key,
+        "runs_after_id": _uuid_text(run.runs_after_id),
+        "parent_id": _uuid_text(run.parent_id),
+        "due_at": _time_text(run.due_at),
+        "timeout_at": _time_text(run.timeout_at),
+        "debounce_deadline": _time_text(run.debounce_deadline),
+        "step_names": _names_json(tuple(run.step_names)),
+        "trace_context": as_json(run.trace_context),
+        "created_at": run.created_at.isoformat(),
+    }
 
 
 def run_params(run: NewRun, connection) -> dict[str, Any]:
@@ -390,9 +410,11 @@ def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
 
 
 def wake_params(run: NewRun, connection) -> dict[str, Any]:
-    """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
+    """The NOTIFY parameters: it goes out (at commit) when the new run is due now (a
+    run due when it was created is, without reading the clock again)."""
+    due = run.due_at
     return {
-        "wake": run.due_at is not None and run.due_at <= now(connection),
+        "wake": due is not None and (due <= run.created_at or due <= now(connection)),
         "channel": conf.get("NOTIFY_CHANNEL"),
     }
 
@@ -403,15 +425,17 @@ def insert_run(run: NewRun) -> bool:
     return fetchone(INSERT_RUN, run_params(run, connection), connection) is not None
 
 
-def insert_or_get_holder(run: NewRun, *, note: DuplicateNote | None = None) -> InsertOrHolder:
+def insert_or_get_holder(
+    run: NewRun, *, note: DuplicateNote | None = None, connection=None
+) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
     On PostgreSQL one statement, START (durable_start: it also wakes a worker, and
     with ``note`` records the duplicate when the holder answers it). Elsewhere
     INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the duplicate
-    itself.
+    itself. ``connection``: ``db()``, when the caller has it already.
     """
-    connection = db()
+    connection = connection or db()
     if connection.vendor != "postgresql":
         if insert_run(run):
             return InsertOrHolder(True)

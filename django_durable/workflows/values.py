@@ -18,7 +18,15 @@ import json
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "check_json", "check_size", "check_text", "json_size"]
+__all__ = [
+    "MAX_DEPTH",
+    "check_json",
+    "check_size",
+    "check_text",
+    "checked_json",
+    "json_size",
+    "json_text",
+]
 
 # Containers nested deeper than this are refused (a JSON document this deep is a
 # bug, and deeper ones reach Python's recursion limit).
@@ -41,14 +49,23 @@ def check_text(value: str, what: str) -> str:
 
 
 _CONTAINERS = (dict, list, tuple)
+# The scalars JSON reads back as the same type (with str, dict and list, the types
+# of a "plain" tree: its JSON text reads back as an equal value).
+_PLAIN_SCALARS = frozenset({int, float, bool, type(None)})
 
 
-def _check_tree(value: Any, what: str) -> None:
+def _check_tree(value: Any, what: str) -> bool:
     """Walk ``value`` without recursion: depth, and every string and key. Only
-    containers go on the stack; their strings are checked as they are met."""
+    containers go on the stack; their strings are checked as they are met.
+
+    Returns whether the tree is plain: exact dicts with exact str keys, lists, and
+    exact str, int, float, bool or None, which its JSON text reads back as (a tuple,
+    an int key or a subclass reads back as something else)."""
+    kind = type(value)
     if isinstance(value, str):
         check_text(value, what)
-        return
+        return kind is str
+    plain = kind is dict or kind is list or kind in _PLAIN_SCALARS
     stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, _CONTAINERS) else []
     while stack:
         item, depth = stack.pop()
@@ -56,16 +73,26 @@ def _check_tree(value: Any, what: str) -> None:
             raise ValueError(f"{what} is nested deeper than {MAX_DEPTH} levels")
         if isinstance(item, dict):
             for key in item:
+                if type(key) is not str:
+                    plain = False
                 if isinstance(key, str):
                     check_text(key, what)
             children = item.values()
         else:
             children = item
         for child in children:
-            if isinstance(child, str):
+            kind = type(child)
+            if kind is str:
                 check_text(child, what)
-            elif isinstance(child, _CONTAINERS):
+            elif kind is dict or kind is list:
                 stack.append((child, depth + 1))
+            elif kind not in _PLAIN_SCALARS:
+                plain = False
+                if isinstance(child, str):
+                    check_text(child, what)
+                elif isinstance(child, _CONTAINERS):
+                    stack.append((child, depth + 1))
+    return plain
 
 
 def check_json(value: Any, what: str) -> Any:
@@ -80,9 +107,15 @@ _ENCODER = json.JSONEncoder(allow_nan=False)
 
 def json_text(value: Any, what: str) -> str:
     """``value``'s JSON text, if it can be stored; ``TypeError`` / ``ValueError`` otherwise."""
-    _check_tree(value, what)
+    return checked_json(value, what)[0]
+
+
+def checked_json(value: Any, what: str) -> tuple[str, bool]:
+    """``json_text``, and whether ``value`` is plain: its text reads back as an equal
+    value, so a caller that wants what a reader gets back may keep ``value``."""
+    plain = _check_tree(value, what)
     try:
-        return _ENCODER.encode(value)
+        return _ENCODER.encode(value), plain
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{what} must be JSON-serialisable: {exc}") from None
 
