@@ -166,8 +166,9 @@ def fetchone(sql: str, params: Sequence | Mapping, connection=None) -> tuple | N
         return cursor.fetchone()
 
 
-def fetchall(sql: str, params: Sequence | Mapping) -> list[tuple]:
-    with db().cursor() as cursor:
+def fetchall(sql: str, params: Sequence | Mapping, connection=None) -> list[tuple]:
+    """The statement's rows; ``connection``: ``db()``, when the caller has it already."""
+    with (connection or db()).cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -188,11 +189,12 @@ def as_json(value: Any) -> str | None:
     return json.dumps(value)
 
 
-def from_row(model, attnames: Sequence[str], row: Sequence[Any]):
+def from_row(model, attnames: Sequence[str], row: Sequence[Any], connection=None):
     """A model instance from a row a raw statement returned, for the columns
     ``attnames`` (in the model's field order; the other fields are deferred),
-    converted as the ORM converts what it reads (``Field.from_db_value``)."""
-    connection = db()
+    converted as the ORM converts what it reads (``Field.from_db_value``);
+    ``connection``: ``db()``, when the caller has it already."""
+    connection = connection or db()
     converting = _converting_fields(model)
     values = []
     for attname, value in zip(attnames, row, strict=True):
@@ -200,7 +202,7 @@ def from_row(model, attnames: Sequence[str], row: Sequence[Any]):
         if field is not None and value is not None:
             value = field.from_db_value(value, None, connection)
         values.append(value)
-    return model.from_db(alias(), list(attnames), values)
+    return model.from_db(connection.alias, list(attnames), values)
 
 
 @functools.cache

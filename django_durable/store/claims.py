@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
 from django_durable.store import observers
-from django_durable.store.base import atomic, fetchall, fetchone, from_row, is_postgres, now
+from django_durable.store.base import atomic, db, fetchall, fetchone, from_row, is_postgres, now
 
 __all__ = ["claim", "next_due_at"]
 
@@ -329,8 +329,8 @@ def _limits_served(queues: Sequence[str] | None, limits: Mapping[str, int]) -> d
     return {name: cap for name, cap in limits.items() if name in queues}
 
 
-def _queue_params(queues: Sequence[str] | None, limits: Mapping[str, int]) -> dict:
-    if is_postgres():
+def _queue_params(queues: Sequence[str] | None, limits: Mapping[str, int], postgres: bool) -> dict:
+    if postgres:
         return {
             "queues": list(queues) if queues else None,
             "limited": list(limits),
@@ -342,8 +342,10 @@ def _queue_params(queues: Sequence[str] | None, limits: Mapping[str, int]) -> di
     }
 
 
-def _workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) -> dict:
-    if is_postgres():
+def _workflow_params(
+    workflows: Sequence[str] | None, prefixes: Sequence[str], postgres: bool
+) -> dict:
+    if postgres:
         return {
             "workflows": None if workflows is None else list(workflows),
             "prefixes": [p.replace("%", r"\%").replace("_", r"\_") + "%" for p in prefixes],
@@ -373,30 +375,32 @@ def claim(
     (CLAIM_SQLITE on SQLite)."""
     watcher = observers.claim_watcher  # telemetry's, when installed
     started = time.perf_counter() if watcher is not None else 0.0
-    at = now()
+    connection = db()  # looked up once: each look-up costs a thread-local read
+    postgres = connection.vendor == "postgresql"
+    at = now(connection)
     if limits is None:
         limits = conf.queue_limits()
     served_limits = _limits_served(queues, limits)
     params = {
         "worker_id": worker_id,
         "limit": limit,
-        **_queue_params(queues, served_limits),
-        **_workflow_params(workflows, prefixes),
+        **_queue_params(queues, served_limits, postgres),
+        **_workflow_params(workflows, prefixes, postgres),
     }
-    if is_postgres():
+    if postgres:
         params["lease"] = lease  # from the database's clock, in the statement
     else:
         params.update(now=at, lease_expires_at=at + lease)  # from this process's
-    if not is_postgres():  # SQLite needs the backend's own datetime conversions
+    if not postgres:  # SQLite needs the backend's own datetime conversions
         runs = list(Run.objects.raw(CLAIM_SQLITE, params))
     elif served_limits:
         with atomic():
-            fetchone(LOCK_LIMITED_QUEUES, {"names": sorted(served_limits)})
-            rows = fetchall(CLAIM, params)
-        runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
+            fetchone(LOCK_LIMITED_QUEUES, {"names": sorted(served_limits)}, connection)
+            rows = fetchall(CLAIM, params, connection)
+        runs = [from_row(Run, CLAIMED_COLUMNS, row, connection) for row in rows]
     else:
-        rows = fetchall(CLAIM, params)
-        runs = [from_row(Run, CLAIMED_COLUMNS, row) for row in rows]
+        rows = fetchall(CLAIM, params, connection)
+        runs = [from_row(Run, CLAIMED_COLUMNS, row, connection) for row in rows]
     if watcher is not None:
         watcher(runs, time.perf_counter() - started, lease, queues)
     runs.sort(key=lambda r: (-r.priority, r.due_at or at, r.created_at))
@@ -410,13 +414,14 @@ def next_due_at(
     due; a limited queue with no room left is not counted (on PostgreSQL)."""
     if limits is None:
         limits = conf.queue_limits()
-    if not is_postgres():
+    postgres = is_postgres()
+    if not postgres:
         runs = Run.objects.filter(status__in=CLAIMABLE_STATUSES, due_at__isnull=False).exclude(
             queue__in=QueueState.objects.filter(paused=True).values("name")
         )
         if queues:
             runs = runs.filter(queue__in=list(queues))
         return runs.order_by("due_at").values_list("due_at", flat=True).first()
-    params = _queue_params(queues, _limits_served(queues, limits))
+    params = _queue_params(queues, _limits_served(queues, limits), postgres)
     params["limit"] = 1
     return fetchone(NEXT_DUE_AT, params)[0]
