@@ -1,23 +1,22 @@
 """The worker behind ``manage.py durable_worker``.
 
-One process: a dispatcher thread claims due runs, a pool of ``concurrency``
-threads executes them (each thread has its own database connection, closed
-when the thread ends), a heartbeat thread renews the leases of the runs this
-worker holds, a maintenance thread recovers runs of dead workers, and on
-PostgreSQL a notifier thread wakes the dispatcher on NOTIFY.
+One process: a dispatcher thread claims due runs, a pool of ``concurrency`` threads
+executes them (each thread has its own database connection, closed when the thread ends),
+a heartbeat thread renews the leases of the runs this worker holds, a maintenance thread
+recovers runs of dead workers, and on PostgreSQL a notifier thread wakes the dispatcher on
+NOTIFY.
 
 - A claim takes as many runs as there are free threads, in one statement
-  (``store.claim``); a thread that finishes a run frees its slot and the
-  dispatcher claims again at once. While runs are short (``CLAIM_AHEAD_BELOW``)
-  it also claims runs ahead (``RUNS_AHEAD_PER_THREAD``), in batches, so threads never
-  wait for a claim. An idle worker waits for a NOTIFY, for the next due time (timers) or
-  for the poll interval, whichever comes first.
-- Every write the executor makes is fenced by the claim, so a worker that lost
-  a run (its lease expired, another worker recovered it) cannot record over the
-  new owner.
-- The first SIGTERM/SIGINT stops claiming; running runs stop after their
-  current step and are handed back to ``pending``; what is still running after
-  ``DURABLE["SHUTDOWN_GRACE"]`` is handed back too. A second signal exits at once.
+  (``store.claim``); a thread that finishes a run frees its slot and the dispatcher claims
+  again at once. While runs are short (``CLAIM_AHEAD_BELOW``) it also claims runs ahead
+  (``RUNS_AHEAD_PER_THREAD``), in batches, so threads never wait for a claim. An idle
+  worker waits for a NOTIFY, for the next due time (timers) or for the poll interval,
+  whichever comes first.
+- Every write the executor makes is fenced by the claim, so a worker that lost a run (its
+  lease expired, another worker recovered it) cannot record over the new owner.
+- The first SIGTERM/SIGINT stops claiming; running runs stop after their current step and
+  are handed back to ``pending``; what is still running after ``DURABLE["SHUTDOWN_GRACE"]``
+  is handed back too. A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -50,6 +49,9 @@ MIN_IDLE_WAIT = 0.05
 # this many per thread: a claimed run never waits long behind other runs' steps.
 CLAIM_AHEAD_BELOW = 0.05
 RUNS_AHEAD_PER_THREAD = 2
+# Gives up the GIL a moment, so a thread just woken runs (Unix; elsewhere nothing). Not
+# time.sleep(0): it fails in a process whose clock libfaketime fakes (the skew tests).
+_yield_gil = getattr(os, "sched_yield", lambda: None)
 
 
 class WorkerIdInUse(Exception):
@@ -139,20 +141,12 @@ class Worker:
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
-        threads.append(
-            threading.Thread(
-                target=leases.heartbeat_loop,
-                args=(self, self._finished),
-                name="durable-heartbeat",
-                daemon=True,
-            )
-        )
-        threads.append(
-            threading.Thread(target=self.upkeep.loop, name="durable-maintenance", daemon=True)
-        )
-        threads.append(
-            threading.Thread(target=self._dispatch_loop, name="durable-dispatch", daemon=True)
-        )
+        for target, args, name in (
+            (leases.heartbeat_loop, (self, self._finished), "durable-heartbeat"),
+            (self.upkeep.loop, (), "durable-maintenance"),
+            (self._dispatch_loop, (), "durable-dispatch"),
+        ):
+            threads.append(threading.Thread(target=target, args=args, name=name, daemon=True))
         if self.recorder:
             loop = self.recorder.loop
             threads.append(threading.Thread(target=loop, name="durable-recorder", daemon=True))
@@ -274,10 +268,6 @@ class Worker:
                 self.outage.succeeded("claiming")
                 if runs:
                     self._hand_out(runs)
-                    # Let a woken execution thread take the GIL now: otherwise it
-                    # waits while this thread prepares its next claim (a third of a
-                    # millisecond of the pickup latency, measured).
-                    time.sleep(0)
                     if len(runs) == free:
                         continue  # likely more due: claim again as soon as a slot frees
                 elif self.burst and self._idle():
@@ -313,6 +303,7 @@ class Worker:
         with self._lock:
             self._ready.extend(Held(run, run.fence) for run in runs)
             self._run_ready.notify(len(runs))
+        _yield_gil()  # a woken thread starts its run now, not after this thread's next claim
 
     def _idle(self) -> bool:
         with self._lock:
