@@ -178,18 +178,27 @@ def _block(process: subprocess.Popen, kind: str, n: int, tag: str) -> tuple[floa
     return n / seconds, cpu / n * 1e6
 
 
+PerRound = dict[str, dict[str, list[float]]]  # library -> kind -> one figure per round
+
+
+def _per_round() -> PerRound:
+    return {library: {"new": [], "dup": []} for library in LIBRARIES}
+
+
+def _medians(figures: PerRound) -> dict[str, dict[str, float]]:
+    return {
+        library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
+        for library, kinds in figures.items()
+    }
+
+
 def duel(rounds: int, n: int) -> dict:
     """Rates (ops/s) and CPU per operation (µs, in the library's process) of each
     library and kind per round, and the ratios of PAIRS."""
     for library in LIBRARIES:
         _prepare(library)
     processes = {library: _start(library) for library in LIBRARIES}
-    rates: dict[str, dict[str, list[float]]] = {
-        library: {"new": [], "dup": []} for library in LIBRARIES
-    }
-    cpu: dict[str, dict[str, list[float]]] = {
-        library: {"new": [], "dup": []} for library in LIBRARIES
-    }
+    rates, cpu = _per_round(), _per_round()
     try:
         for r in range(rounds):
             order = LIBRARIES[r % len(LIBRARIES) :] + LIBRARIES[: r % len(LIBRARIES)]
@@ -221,14 +230,8 @@ def duel(rounds: int, n: int) -> dict:
     return {
         "rounds": rounds,
         "n": n,
-        "rates": {
-            library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
-            for library, kinds in rates.items()
-        },
-        "cpu_us": {
-            library: {kind: round(statistics.median(v), 1) for kind, v in kinds.items()}
-            for library, kinds in cpu.items()
-        },
+        "rates": _medians(rates),
+        "cpu_us": _medians(cpu),
         "ratios": ratios,
     }
 

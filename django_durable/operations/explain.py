@@ -48,7 +48,7 @@ def explain(
 
     Raises what that start would raise for bad arguments; writes nothing.
     """
-    definition, _payload, key, policy = checked(workflow, input, key, on_duplicate)
+    definition, _input, key, policy = checked(workflow, input, key, on_duplicate)
     if key is None:
         return Explanation("started", None, "Without a key, every start makes a new run.")
     holder = store.get_holder(definition.name, key)

@@ -130,24 +130,17 @@ def start_detailed(
     queue: str | None = None,
 ) -> StartResult:
     """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
-    definition, (payload, text), key, policy = checked_start(workflow, input, key, on_duplicate)
+    definition, (payload, text), key, policy = checked(workflow, input, key, on_duplicate)
     fields = options.run_fields(definition, run_after=run_after, priority=priority, queue=queue)
     return start_run(definition, payload, key, policy, input_json=text, **fields)
 
 
 def checked(
     workflow: type[Workflow] | str, input: Any, key: Any, on_duplicate: Any
-) -> tuple[type[Workflow], dict, str | None, str | tuple[str, str]]:
-    """The start's arguments checked, before anything is written: the definition, the
-    input, the key and the duplicate policy that applies."""
-    definition, (payload, _text), key, policy = checked_start(workflow, input, key, on_duplicate)
-    return definition, payload, key, policy
-
-
-def checked_start(
-    workflow: type[Workflow] | str, input: Any, key: Any, on_duplicate: Any
 ) -> tuple[type[Workflow], tuple[dict, str], str | None, str | tuple[str, str]]:
-    """``checked``, with the input's JSON text beside the input (what the start sends)."""
+    """The start's arguments checked, before anything is written: the definition, the
+    input with its JSON text (what the start sends), the key and the duplicate policy
+    that applies."""
     definition = registry.resolve(workflow)
     payload = inputs.validated_input(input)
     key = keys.validate_key(key)

@@ -333,13 +333,6 @@ class NewRun:
     input_json: str | None = None
 
 
-# How START passes its arguments: a UUID, a time or a JSON value as text, which the
-# statement casts back (``%(due_at)s::timestamptz``). psycopg's client-side binding
-# (Django's default) quotes a text several times faster than it adapts a UUID, a
-# datetime, a JSON value or a list; with the Python around it, that adapting was the
-# largest part of a start's own CPU time.
-
-
 @functools.cache
 def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
     """The other fields and the value each has in a new Run (what durable_start writes)."""
@@ -349,6 +342,13 @@ def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
         for f in Run._meta.concrete_fields
         if f.column not in START_COLUMNS
     )
+
+
+# How START passes its arguments: a UUID, a time or a JSON value as text, which the
+# statement casts back (``%(due_at)s::timestamptz``). psycopg's client-side binding
+# (Django's default) quotes a text several times faster than it adapts a UUID, a
+# datetime, a JSON value or a list; with the Python around it, that adapting was the
+# largest part of a start's own CPU time.
 
 
 def _uuid_text(value: uuid.UUID | None) -> str | None:
