@@ -49,9 +49,9 @@ def check_text(value: str, what: str) -> str:
 
 
 _CONTAINERS = (dict, list, tuple)
-# The scalars JSON reads back as the same type (with str, dict and list, the types
-# of a "plain" tree: its JSON text reads back as an equal value).
-_PLAIN_SCALARS = frozenset({int, float, bool, type(None)})
+# The types of a "plain" tree, whose JSON text reads back as an equal value (a tuple,
+# an int key or a subclass reads back as something else).
+_PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def _check_tree(value: Any, what: str) -> bool:
@@ -59,13 +59,11 @@ def _check_tree(value: Any, what: str) -> bool:
     containers go on the stack; their strings are checked as they are met.
 
     Returns whether the tree is plain: exact dicts with exact str keys, lists, and
-    exact str, int, float, bool or None, which its JSON text reads back as (a tuple,
-    an int key or a subclass reads back as something else)."""
-    kind = type(value)
+    exact str, int, float, bool or None (``_PLAIN_TYPES``)."""
+    plain = type(value) in _PLAIN_TYPES
     if isinstance(value, str):
         check_text(value, what)
-        return kind is str
-    plain = kind is dict or kind is list or kind in _PLAIN_SCALARS
+        return plain
     stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, _CONTAINERS) else []
     while stack:
         item, depth = stack.pop()
@@ -82,17 +80,22 @@ def _check_tree(value: Any, what: str) -> bool:
             children = item
         for child in children:
             kind = type(child)
+            if kind not in _PLAIN_TYPES:
+                plain = False
+                kind = _walked_as(child)
             if kind is str:
                 check_text(child, what)
             elif kind is dict or kind is list:
                 stack.append((child, depth + 1))
-            elif kind not in _PLAIN_SCALARS:
-                plain = False
-                if isinstance(child, str):
-                    check_text(child, what)
-                elif isinstance(child, _CONTAINERS):
-                    stack.append((child, depth + 1))
     return plain
+
+
+def _walked_as(value: Any) -> type | None:
+    """How the walk treats a value of no plain type: a str subclass as a string, a
+    tuple or a container subclass as a container, anything else not at all."""
+    if isinstance(value, str):
+        return str
+    return list if isinstance(value, _CONTAINERS) else None
 
 
 def check_json(value: Any, what: str) -> Any:
