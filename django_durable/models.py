@@ -13,7 +13,7 @@ from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
 from django_durable import conf
-from django_durable.db_functions import OctetLength
+from django_durable.db_functions import AnyOf, OctetLength
 
 
 class Status(models.TextChoices):
@@ -148,7 +148,7 @@ class Run(models.Model):
                 name="durable_run_one_waiting_per_key",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=Status.values), name="durable_run_status_valid"
+                condition=AnyOf("status", Status.values), name="durable_run_status_valid"
             ),
             # 1 to 255 bytes of UTF-8: "" is not "no key", and a long key is an error.
             models.CheckConstraint(
@@ -303,8 +303,8 @@ class StepAttempt(models.Model):
                 name="durable_step_completed_once",
             ),
             models.CheckConstraint(
-                condition=Q(
-                    status__in=["running", "completed", "failed", "suspended", "cancelled", "lost"]
+                condition=AnyOf(
+                    "status", ["running", "completed", "failed", "suspended", "cancelled", "lost"]
                 ),
                 name="durable_step_attempt_status_valid",
             ),

@@ -149,3 +149,50 @@ def test_a_step_is_recorded_completed_once():
 def test_an_unknown_attempt_status_is_refused():
     with broken("durable_step_attempt_status_valid"), transaction.atomic():
         StepAttemptFactory(status="maybe")
+
+
+def test_every_status_a_run_can_have_passes_the_check():
+    for status in Status.values:
+        raw_insert(status=status)
+    assert Run.objects.count() == len(Status.values)
+
+
+def test_the_status_checks_validate_in_python_too():
+    """Django checks a model's constraints in ``full_clean()`` (the admin's forms): the
+    CHECK's condition (``AnyOf``) is evaluated there as well."""
+    from django.core.exceptions import ValidationError
+
+    run = RunFactory.build(status="paused")
+    with pytest.raises(ValidationError, match="durable_run_status_valid"):
+        run.validate_constraints()
+    RunFactory.build(status=Status.WAITING).validate_constraints()
+    attempt = StepAttemptFactory.build(status="maybe")
+    with pytest.raises(ValidationError, match="durable_step_attempt_status_valid"):
+        attempt.validate_constraints()
+
+
+@pytest.mark.postgres
+def test_postgresql_keeps_each_status_check_as_one_array_constant():
+    """PostgreSQL reads a CHECK from its stored text at every INSERT and UPDATE: the
+    status checks are stored as one array constant, not an ``IN`` list (an array
+    rebuilt from one constant per status at each statement)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conname IN ('durable_run_status_valid', 'durable_step_attempt_status_valid')"
+        )
+        definitions = dict(cursor.fetchall())
+    assert len(definitions) == 2
+    for definition in definitions.values():
+        assert "= ANY ('{" in definition and "ARRAY[" not in definition, definition
+    assert "compensation_failed" in definitions["durable_run_status_valid"]
+
+
+@pytest.mark.postgres
+def test_a_text_array_reads_back_as_its_values():
+    from django_durable.db_functions import text_array
+
+    values = ["plain", 'with "quotes"', "back\\slash", "a,comma", "{brace}", "", "NULL"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [text_array(values)])
+        assert cursor.fetchone()[0] == values

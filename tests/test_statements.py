@@ -33,12 +33,22 @@ def test_the_statements_name_every_column_of_the_runs_table():
     types = {f.column: f.db_type(connection) for f in Run._meta.concrete_fields}
     inserted = starts.START_INSERT.split("VALUES", 1)[1]
     for column, sql_type in starts.START_COLUMNS.items():
-        assert f"%({column})s::{sql_type}" in starts.START, column
         assert f"p_{column} {sql_type}" in starts.START_FUNCTION, column
         assert re.search(rf"\bp_{column}\b", inserted), column
         if connection.vendor == "postgresql":
             declared = types[column].split("(")[0]
             assert declared.replace("timestamp with time zone", "timestamptz") == sql_type, column
+
+
+def test_the_start_call_passes_its_arguments_in_the_functions_order():
+    """START names no types: PostgreSQL reads each argument as the parameter in its
+    place, so the call's order is the function's."""
+    signature = starts.START_FUNCTION.split(") RETURNS", 1)[0]
+    parameters = re.findall(r"\bp_(\w+) \w+", signature)
+    arguments = re.findall(r"%\((\w+)\)s", starts.START)
+    assert arguments == parameters
+    assert "::" not in starts.START
+    assert set(starts.START_COLUMNS) <= set(arguments)
 
 
 @pytest.mark.postgres
@@ -76,7 +86,8 @@ def test_a_new_run_has_exactly_the_columns_a_start_sets():
 
 def test_a_start_passes_one_argument_per_column_it_sets():
     """``_start_params`` is written out, not derived from START_COLUMNS: it names each
-    of them, and passes a UUID, a time and a JSON value as the text START casts."""
+    of them, and passes a UUID, a time and a JSON value as text, which durable_start
+    reads as its parameter's type."""
     at = timezone.now()
     run = store.NewRun(
         id=uuid.uuid4(),
@@ -204,3 +215,30 @@ def test_a_migration_replaces_the_earlier_durable_start(name):
     assert arguments.endswith("p_answers text") and result == "jsonb", (arguments, result)
     assert durable.start_detailed(SyncAccount, {"n": 1}, key=name).outcome == "started"
     assert durable.start_detailed(SyncAccount, {"n": 2}, key=name).outcome == "use_existing"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_durable_starts_insert_answers_only_the_conflict_of_a_held_key():
+    """The insert in durable_start names its conflict (durable_run_one_holder_per_key):
+    a run id that is taken is an error, never answered as if the key had a holder."""
+    from django.db import IntegrityError
+
+    taken = durable.start(SyncAccount, {"n": 1}, key="arbiter:1")
+    run = store.NewRun(
+        id=taken,
+        workflow=SyncAccount.name,
+        queue="default",
+        priority=0,
+        input={"n": 2},
+        key="arbiter:2",
+        holds_key=True,
+        created_at=timezone.now(),
+    )
+    with pytest.raises(IntegrityError, match="durable_run_pkey"):
+        store.insert_or_get_holder(run)
+    assert not Run.objects.filter(key="arbiter:2").exists()
+    # The key's conflict is still an answer: its holder.
+    again = dataclasses.replace(run, id=uuid.uuid4(), key="arbiter:1")
+    found = store.insert_or_get_holder(again)
+    assert not found.inserted and found.holder_id == taken

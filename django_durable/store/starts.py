@@ -168,9 +168,13 @@ START_COLUMNS = {
     "created_at": "timestamptz",
 }
 
-# The insert of a start (PostgreSQL), the first statement of durable_start (below):
-# a new run from its arguments (START_COLUMNS) and a new run's defaults, unless that
-# breaks a key constraint.
+# The insert of a start (PostgreSQL), a statement of durable_start (below): a new
+# run from its arguments (START_COLUMNS) and a new run's defaults, unless its key has
+# a holder. The conflict it answers is named (durable_run_one_holder_per_key), so the
+# insert probes only that index before it writes: with no target, every unique index
+# is probed, the primary key's too, and a run id that was taken would be answered as
+# if its key were. A start never inserts a run waiting behind a holder (run_again
+# inserts those with INSERT_RUN), so durable_run_one_waiting_per_key never applies.
 START_INSERT = """
 INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
@@ -183,7 +187,7 @@ INSERT INTO durable_run (
     p_debounce_deadline, NULL, '{}', NULL, NULL, 0,
     0, p_step_names, p_trace_context, p_created_at, NULL, NULL
 )
-ON CONFLICT DO NOTHING
+ON CONFLICT (workflow, "key") WHERE holds_key DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
@@ -244,18 +248,15 @@ $start$
 )
 
 # The call of durable_start: the run's columns (START_COLUMNS), then the NOTIFY's
-# and the duplicate note's (the note's input is the run's: it goes once). JSON goes
-# as text and the answers as one comma-separated text: psycopg's client-side binding
-# (Django's default) quotes a text several times faster than it adapts a JSON value
-# or a list, and a start's share of its own CPU time was mostly that.
+# and the duplicate note's (the note's input is the run's: it goes once), in the
+# order of its parameters (a test compares them). The arguments carry no casts
+# (_start_params says how they go).
 START = """
 SELECT durable_start(
-    %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(priority)s::integer,
-    %(input)s::jsonb, %(context)s::jsonb, %(key)s::varchar, %(holds_key)s::boolean,
-    %(runs_after_id)s::uuid, %(parent_id)s::uuid, %(due_at)s::timestamptz,
-    %(timeout_at)s::timestamptz, %(debounce_deadline)s::timestamptz,
-    %(step_names)s::jsonb, %(trace_context)s::jsonb, %(created_at)s::timestamptz,
-    %(wake)s::boolean, %(channel)s::text, %(outcome)s::text, %(answers)s::text
+    %(id)s, %(workflow)s, %(queue)s, %(priority)s, %(input)s, %(context)s, %(key)s,
+    %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(due_at)s, %(timeout_at)s,
+    %(debounce_deadline)s, %(step_names)s, %(trace_context)s, %(created_at)s,
+    %(wake)s, %(channel)s, %(outcome)s, %(answers)s
 )
 """
 
@@ -344,11 +345,13 @@ def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
     )
 
 
-# How START passes its arguments: a UUID, a time or a JSON value as text, which the
-# statement casts back (``%(due_at)s::timestamptz``). psycopg's client-side binding
-# (Django's default) quotes a text several times faster than it adapts a UUID, a
-# datetime, a JSON value or a list; with the Python around it, that adapting was the
-# largest part of a start's own CPU time.
+# How START passes its arguments: a UUID, a time or a JSON value as text, with no
+# cast. durable_start has one signature, so PostgreSQL reads each quoted argument as
+# its parameter's type; a cast per argument made the server look up 20 type names
+# and parse 40 more tokens at every start (docs/benchmarks.md, "Profiles"). And
+# psycopg's client-side binding (Django's default) quotes a text several times
+# faster than it adapts a UUID, a datetime, a JSON value or a list; with the Python
+# around it, that adapting was the largest part of a start's own CPU time.
 
 
 def _uuid_text(value: uuid.UUID | None) -> str | None:
@@ -367,7 +370,7 @@ def _names_json(names: tuple[str, ...]) -> str:
 
 def _start_params(run: NewRun) -> dict[str, Any]:
     """START's run arguments, one per column of START_COLUMNS (a test checks that),
-    as text where the statement casts them back; the input as the text the start
+    as text where durable_start's parameter reads it as its type; the input as the text the start
     checked it as, when it has it. Written out, not looped over the columns: this
     runs at every start."""
     return {
