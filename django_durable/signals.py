@@ -14,9 +14,21 @@ caused them commits, so a receiver never sees work that was rolled back.
   compensation was recorded (completed, failed, suspended, cancelled or lost).
   The store writes attempts with the run's update in one statement, not with
   ``save()``: listen to this, not to ``post_save`` of ``StepAttempt``.
+
+django-durable's own telemetry is not a receiver but each signal's *observer*
+(``observe``): a plain call made where the signal is sent, before its receivers.
+A signal nobody connected to then costs its sender one dictionary look-up, with
+telemetry installed or not: Django's dispatch cost a start about 6 µs of CPU even
+when telemetry's receiver returned at once because nothing listened to it.
 """
 
+import logging
+from collections.abc import Callable
+from typing import Any
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("django_durable")
 
 run_started = Signal()
 run_finished = Signal()
@@ -24,3 +36,33 @@ key_duplicate = Signal()
 key_handoff = Signal()
 key_release = Signal()
 attempt_recorded = Signal()
+
+# Each signal's observer (telemetry's spans and metrics), set by ``observe``.
+_observers: dict[Signal, Callable[..., Any]] = {}
+
+
+def observe(signal: Signal, observer: Callable[..., Any] | None) -> None:
+    """Make ``observer(sender, **kwargs)`` django-durable's own observer of
+    ``signal`` (at most one per signal); ``None`` removes it."""
+    if observer is None:
+        _observers.pop(signal, None)
+    else:
+        _observers[signal] = observer
+
+
+def listened(signal: Signal) -> bool:
+    """Whether sending ``signal`` reaches anything: a receiver or an observer."""
+    return bool(signal.receivers) or signal in _observers
+
+
+def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send ``signal`` to its observer, then to its receivers (``send_robust``). An
+    exception in either is logged, never raised: what the signal tells has happened."""
+    observer = _observers.get(signal)
+    if observer is not None:
+        try:
+            observer(sender, **kwargs)
+        except Exception:
+            logger.exception("the observer of a django-durable signal failed")
+    if signal.receivers:
+        signal.send_robust(sender=sender, **kwargs)

@@ -28,14 +28,12 @@ logger = logging.getLogger("django_durable")
 def send_after_commit(signal, sender, *, connection=None, **kwargs) -> None:
     """Send a signal once the current transaction commits (at once in autocommit);
     ``connection``: ``store.db()``, when the caller has it already."""
-    if not signal.receivers:  # nobody listens at all (cheaper than has_listeners)
+    if not signals.listened(signal):  # nobody listens at all
         return
     if (connection or store.db()).in_atomic_block:
-        transaction.on_commit(
-            lambda: signal.send_robust(sender=sender, **kwargs), using=store.alias()
-        )
+        transaction.on_commit(lambda: signals.send(signal, sender, **kwargs), using=store.alias())
     else:
-        signal.send_robust(sender=sender, **kwargs)
+        signals.send(signal, sender, **kwargs)
 
 
 def workflow_class(name: str):

@@ -218,11 +218,9 @@ def insert(obj) -> None:
 
 def announce_attempt(attempt: StepAttempt) -> None:
     """``signals.attempt_recorded`` for a recorded attempt, after commit."""
-    if not signals.attempt_recorded.receivers:
+    if not signals.listened(signals.attempt_recorded):
         return
-    send = functools.partial(
-        signals.attempt_recorded.send_robust, sender=StepAttempt, attempt=attempt
-    )
+    send = functools.partial(signals.send, signals.attempt_recorded, StepAttempt, attempt=attempt)
     if db().in_atomic_block:
         transaction.on_commit(send, using=alias())
     else:

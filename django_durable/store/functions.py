@@ -8,7 +8,7 @@ concern; this module lists them and installs them.
 They are installed by migration 0013 with CREATE OR REPLACE, from the definitions
 here: a later change to a function's body comes with a migration that installs
 them again, and a change of its arguments or result also drops the old one first
-(0014, 0016 and 0017 did, for durable_start; 0018 changed only its body).
+(0014, 0016 and 0017 did, for durable_start; 0018 and 0019 changed only its body).
 Statements calling them go through Django's cursor like every other statement, and
 a function call is one simple statement, so PgBouncer in transaction pooling mode
 runs them as it runs the rest.

@@ -191,7 +191,7 @@ ON CONFLICT (workflow, "key") WHERE holds_key DO NOTHING
 """
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migrations 0013, 0014, 0016, 0017 and 0018 through
+# function (installed by migrations 0013, 0014, 0016, 0017, 0018 and 0019 through
 # store.functions), so its statements are planned once per database session, not
 # at every start.
 # A run that would hold a key first looks for the key's holder (HOLDER, a read

@@ -2,10 +2,10 @@
 structured fields of the engine's log records.
 
 Active when ``opentelemetry-api`` is importable; without it every function here
-is a no-op (``log_fields`` works either way). The span and run metrics listen to
-django-durable's signals, so the engine knows nothing of them; the engine's own
-metrics (claims, pickup, recoveries, lease losses, queue depth) come from hooks
-that cost a None check while telemetry is not installed. Nothing is measured,
+is a no-op (``log_fields`` works either way). The span and run metrics observe
+django-durable's signals (``signals.observe``), so the engine knows nothing of
+them; the engine's own metrics (claims, pickup, recoveries, lease losses, queue
+depth) come from hooks that cost a None check while telemetry is not installed. Nothing is measured,
 and no query is made, until the process has a real tracer or meter provider (the
 API's default providers record nothing).
 
@@ -45,13 +45,16 @@ __all__ = [
     "uninstall",
 ]
 
-_RECEIVERS = (
-    (signals.run_started, spans.run_started, "durable-otel-run-started"),
-    (signals.run_finished, _run_finished, "durable-otel-run-finished"),
-    (signals.key_duplicate, spans.key_duplicate, "durable-otel-key-duplicate"),
-    (signals.key_handoff, spans.key_handoff, "durable-otel-key-handoff"),
-    (signals.key_release, spans.key_release, "durable-otel-key-release"),
-    (signals.attempt_recorded, spans.attempt_recorded, "durable-otel-step"),
+# What telemetry observes (``signals.observe``: called where each signal is sent,
+# not connected as a receiver, so that a start pays nothing for it until something
+# listens).
+_OBSERVERS = (
+    (signals.run_started, spans.run_started),
+    (signals.run_finished, _run_finished),
+    (signals.key_duplicate, spans.key_duplicate),
+    (signals.key_handoff, spans.key_handoff),
+    (signals.key_release, spans.key_release),
+    (signals.attempt_recorded, spans.attempt_recorded),
 )
 
 
@@ -67,8 +70,8 @@ def install(tracer_provider=None, meter_provider=None, *, queue_depth: bool = Tr
         return False
     depth = engine.observe_depth if queue_depth else None
     instruments.current = Instruments(tracer_provider, meter_provider, observe_depth=depth)
-    for signal, receiver, uid in _RECEIVERS:
-        signal.connect(receiver, dispatch_uid=uid)
+    for signal, observer in _OBSERVERS:
+        signals.observe(signal, observer)
     store.watch_claims(engine.claimed)
     return True
 
@@ -77,5 +80,5 @@ def uninstall() -> None:
     """Stop reporting."""
     instruments.current = None
     store.watch_claims(None)
-    for signal, _receiver, uid in _RECEIVERS:
-        signal.disconnect(dispatch_uid=uid)
+    for signal, _observer in _OBSERVERS:
+        signals.observe(signal, None)
