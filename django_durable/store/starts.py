@@ -370,9 +370,11 @@ def _names_json(names: tuple[str, ...]) -> str:
 
 def _start_params(run: NewRun) -> dict[str, Any]:
     """START's run arguments, one per column of START_COLUMNS (a test checks that),
-    as text where durable_start's parameter reads it as its type; the input as the text the start
-    checked it as, when it has it. Written out, not looped over the columns: this
-    runs at every start."""
+    as text where durable_start's parameter reads it as its type; the input as the
+    text the start checked it as, when it has it. Written out, not looped over the
+    columns: this runs at every start. A run due now is due at its creation: that
+    time is written out once."""
+    created = run.created_at.isoformat()
     return {
         "id": str(run.id),
         "workflow": run.workflow,
@@ -384,12 +386,12 @@ def _start_params(run: NewRun) -> dict[str, Any]:
         "holds_key": run.holds_key,
         "runs_after_id": _uuid_text(run.runs_after_id),
         "parent_id": _uuid_text(run.parent_id),
-        "due_at": _time_text(run.due_at),
+        "due_at": created if run.due_at is run.created_at else _time_text(run.due_at),
         "timeout_at": _time_text(run.timeout_at),
         "debounce_deadline": _time_text(run.debounce_deadline),
         "step_names": _names_json(tuple(run.step_names)),
         "trace_context": as_json(run.trace_context),
-        "created_at": run.created_at.isoformat(),
+        "created_at": created,
     }
 
 
