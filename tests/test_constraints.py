@@ -175,17 +175,34 @@ def test_the_status_checks_validate_in_python_too():
 def test_postgresql_keeps_each_status_check_as_one_array_constant():
     """PostgreSQL reads a CHECK from its stored text at every INSERT and UPDATE: the
     status checks are stored as one array constant, not an ``IN`` list (an array
-    rebuilt from one constant per status at each statement)."""
+    rebuilt from one constant per status at each statement). Migration 0019 writes
+    them by hand (NOT VALID, then validated): they name the model's statuses, and
+    are validated."""
+    import re
+
+    from django_durable.db_functions import AnyOf
+    from django_durable.models import StepAttempt
+
+    expected = {
+        c.name: set(c.condition.values)
+        for model in (Run, StepAttempt)
+        for c in model._meta.constraints
+        if isinstance(getattr(c, "condition", None), AnyOf)
+    }
+    assert set(expected) == {"durable_run_status_valid", "durable_step_attempt_status_valid"}
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-            "WHERE conname IN ('durable_run_status_valid', 'durable_step_attempt_status_valid')"
+            "SELECT conname, pg_get_constraintdef(oid), convalidated FROM pg_constraint "
+            "WHERE conname = ANY (%s)",
+            [list(expected)],
         )
-        definitions = dict(cursor.fetchall())
-    assert len(definitions) == 2
-    for definition in definitions.values():
+        stored = {name: (definition, valid) for name, definition, valid in cursor.fetchall()}
+    assert set(stored) == set(expected)
+    for name, (definition, valid) in stored.items():
+        assert valid, name
         assert "= ANY ('{" in definition and "ARRAY[" not in definition, definition
-    assert "compensation_failed" in definitions["durable_run_status_valid"]
+        (array,) = re.findall(r"'\{(.*)\}'::text\[\]", definition)
+        assert set(array.split(",")) == expected[name], definition
 
 
 @pytest.mark.postgres
@@ -196,3 +213,35 @@ def test_a_text_array_reads_back_as_its_values():
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::text[]", [text_array(values)])
         assert cursor.fetchone()[0] == values
+
+
+def _status_checks() -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname IN "
+            "('durable_run_status_valid', 'durable_step_attempt_status_valid') AND convalidated"
+        )
+        return dict(cursor.fetchall())
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_migration_0019_replaces_the_status_checks_both_ways_with_rows_in_place():
+    """0019 replaces each status CHECK without a table scan under the table's lock
+    (NOT VALID, then validated on its own): back to 0018 the IN lists return, and
+    forward the array constants, validated over the rows already there."""
+    from django.core.management import call_command
+
+    run = RunFactory(status=Status.COMPENSATION_FAILED)
+    StepAttemptFactory(run=run, status="lost")
+    call_command("migrate", "django_durable", "0018", verbosity=0)
+    try:
+        before = _status_checks()
+        assert len(before) == 2 and all("ARRAY[" in d for d in before.values()), before
+    finally:
+        call_command("migrate", "django_durable", verbosity=0)
+    after = _status_checks()
+    assert len(after) == 2 and all("= ANY ('{" in d for d in after.values()), after
+    assert Run.objects.get(id=run.id).status == Status.COMPENSATION_FAILED
+    with broken("durable_run_status_valid"), transaction.atomic():
+        raw_insert(status="done")

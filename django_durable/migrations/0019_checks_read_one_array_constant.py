@@ -4,8 +4,13 @@ each INSERT and UPDATE in about half the time of the ``IN (...)`` list they had;
 and durable_start names the conflict its insert answers (the body changed: the
 functions are installed again).
 
-On SQLite the CHECKs' text is the same ``IN (...)`` as before, so only Django's
-record of them changes there: the tables are not rebuilt.
+On PostgreSQL each CHECK is replaced in one short statement that does not scan
+the table (the new one is added ``NOT VALID``: PostgreSQL checks every write
+from then on), then validated in a transaction of its own, which reads the table
+under a lock that lets starts and workers go on writing. That is why the
+migration is not atomic. On SQLite the CHECKs' text is the same ``IN (...)`` as
+before, so only Django's record of them changes there: the tables are not
+rebuilt.
 """
 
 from django.db import migrations, models
@@ -26,44 +31,62 @@ RUN_STATUSES = [
 ]
 ATTEMPT_STATUSES = ["running", "completed", "failed", "suspended", "cancelled", "lost"]
 
-# (model, constraint name, the statuses it allows)
+# Replace a table's status CHECK without a scan under the table's lock: drop it and
+# add the other form NOT VALID, in one statement (no moment without a check).
+REPLACE_CHECK = """
+ALTER TABLE {table}
+    DROP CONSTRAINT {name},
+    ADD CONSTRAINT {name} CHECK ({check}) NOT VALID
+"""
+
+# Then check the rows already there, under a lock that lets writes go on.
+VALIDATE_CHECK = "ALTER TABLE {table} VALIDATE CONSTRAINT {name}"
+
+# (table, constraint, its check as 0019 leaves it, its check before 0019)
 CHECKS = [
-    ("run", "durable_run_status_valid", RUN_STATUSES),
-    ("stepattempt", "durable_step_attempt_status_valid", ATTEMPT_STATUSES),
+    (
+        "durable_run",
+        "durable_run_status_valid",
+        "(status)::text = ANY ('{pending,running,waiting,compensating,completed,failed,"
+        "cancelled,compensated,compensation_failed}'::text[])",
+        "status IN ('pending', 'running', 'waiting', 'compensating', 'completed', 'failed', "
+        "'cancelled', 'compensated', 'compensation_failed')",
+    ),
+    (
+        "durable_step_attempt",
+        "durable_step_attempt_status_valid",
+        "(status)::text = ANY ('{running,completed,failed,suspended,cancelled,lost}'::text[])",
+        "status IN ('running', 'completed', 'failed', 'suspended', 'cancelled', 'lost')",
+    ),
 ]
 
 
-def _swap(apps, schema_editor, old, new):
-    """Replace each CHECK ``old(statuses)`` by ``new(statuses)`` (PostgreSQL only)."""
+def _replace(schema_editor, new: bool) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
-    for model_name, name, statuses in CHECKS:
-        model = apps.get_model("django_durable", model_name)
-        schema_editor.remove_constraint(
-            model, models.CheckConstraint(condition=old(statuses), name=name)
-        )
-        schema_editor.add_constraint(
-            model, models.CheckConstraint(condition=new(statuses), name=name)
-        )
+    for table, name, array_check, in_check in CHECKS:
+        check = array_check if new else in_check
+        schema_editor.execute(REPLACE_CHECK.format(table=table, name=name, check=check))
+        schema_editor.execute(VALIDATE_CHECK.format(table=table, name=name))
 
 
-def _as_in_list(statuses):
-    return models.Q(status__in=statuses)
+def forwards(apps, schema_editor):
+    _replace(schema_editor, new=True)
+
+
+def backwards(apps, schema_editor):
+    _replace(schema_editor, new=False)
 
 
 def _as_array(statuses):
     return django_durable.db_functions.AnyOf("status", statuses)
 
 
-def forwards(apps, schema_editor):
-    _swap(apps, schema_editor, _as_in_list, _as_array)
-
-
-def backwards(apps, schema_editor):
-    _swap(apps, schema_editor, _as_array, _as_in_list)
-
-
 class Migration(migrations.Migration):
+    # Each statement of forwards() commits alone: a CHECK is validated after the
+    # table's lock is let go.
+    atomic = False
+
     dependencies = [
         ("django_durable", "0018_start_reads_the_holder_first"),
     ]
