@@ -15,7 +15,7 @@ rebuilt.
 
 from django.db import migrations, models
 
-import django_durable.db_functions
+from django_durable.db_functions import AnyOf, text_array
 from django_durable.store.functions import installing
 
 RUN_STATUSES = [
@@ -42,30 +42,28 @@ ALTER TABLE {table}
 # Then check the rows already there, under a lock that lets writes go on.
 VALIDATE_CHECK = "ALTER TABLE {table} VALIDATE CONSTRAINT {name}"
 
-# (table, constraint, its check as 0019 leaves it, its check before 0019)
+# (table, constraint, the statuses its CHECK allows)
 CHECKS = [
-    (
-        "durable_run",
-        "durable_run_status_valid",
-        "(status)::text = ANY ('{pending,running,waiting,compensating,completed,failed,"
-        "cancelled,compensated,compensation_failed}'::text[])",
-        "status IN ('pending', 'running', 'waiting', 'compensating', 'completed', 'failed', "
-        "'cancelled', 'compensated', 'compensation_failed')",
-    ),
-    (
-        "durable_step_attempt",
-        "durable_step_attempt_status_valid",
-        "(status)::text = ANY ('{running,completed,failed,suspended,cancelled,lost}'::text[])",
-        "status IN ('running', 'completed', 'failed', 'suspended', 'cancelled', 'lost')",
-    ),
+    ("durable_run", "durable_run_status_valid", RUN_STATUSES),
+    ("durable_step_attempt", "durable_step_attempt_status_valid", ATTEMPT_STATUSES),
 ]
+
+
+def _as_array_check(statuses) -> str:
+    """The CHECK as 0019 leaves it (what ``AnyOf`` writes on PostgreSQL)."""
+    return f"(status)::text = ANY ('{text_array(statuses)}'::text[])"
+
+
+def _as_in_check(statuses) -> str:
+    """The CHECK before 0019 (what ``Q(status__in=...)`` wrote)."""
+    return "status IN (" + ", ".join(f"'{status}'" for status in statuses) + ")"
 
 
 def _replace(schema_editor, new: bool) -> None:
     if schema_editor.connection.vendor != "postgresql":
         return
-    for table, name, array_check, in_check in CHECKS:
-        check = array_check if new else in_check
+    for table, name, statuses in CHECKS:
+        check = _as_array_check(statuses) if new else _as_in_check(statuses)
         schema_editor.execute(REPLACE_CHECK.format(table=table, name=name, check=check))
         schema_editor.execute(VALIDATE_CHECK.format(table=table, name=name))
 
@@ -79,7 +77,7 @@ def backwards(apps, schema_editor):
 
 
 def _as_array(statuses):
-    return django_durable.db_functions.AnyOf("status", statuses)
+    return AnyOf("status", statuses)
 
 
 class Migration(migrations.Migration):

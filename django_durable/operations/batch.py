@@ -23,7 +23,6 @@ from django_durable import signals, store, telemetry
 from django_durable.exceptions import KeyTaken
 from django_durable.models import Activity
 from django_durable.operations import inputs, keys
-from django_durable.operations.finish import send_after_commit
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartResult, checked, start_run
 from django_durable.workflows.definition import OnDuplicate, Workflow
@@ -125,7 +124,7 @@ def _start_batch(definition, policy, pairs, sent, results, alone, taken) -> None
         key = pairs[n][1]
         if answer.inserted:
             results[n] = StartResult(run_id, "started")
-            send_after_commit(
+            store.send_after_commit(
                 signals.run_started, definition, run_id=run_id, workflow=definition.name, key=key
             )
             continue
@@ -173,7 +172,7 @@ def _record_duplicates(definition, pairs, duplicates) -> None:
                 created_at=at,
             )
         )
-        send_after_commit(
+        store.send_after_commit(
             signals.key_duplicate,
             definition,
             run_id=answer.holder_id,

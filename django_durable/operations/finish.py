@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 import uuid
 
-from django.db import transaction
-
 from django_durable import signals, store, telemetry
 from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
@@ -23,17 +21,6 @@ from django_durable.operations import keys, parents
 from django_durable.workflows.definition import registry
 
 logger = logging.getLogger("django_durable")
-
-
-def send_after_commit(signal, sender, *, connection=None, **kwargs) -> None:
-    """Send a signal once the current transaction commits (at once in autocommit);
-    ``connection``: ``store.db()``, when the caller has it already."""
-    if not signals.listened(signal):  # nobody listens at all
-        return
-    if (connection or store.db()).in_atomic_block:
-        transaction.on_commit(lambda: signals.send(signal, sender, **kwargs), using=store.alias())
-    else:
-        signals.send(signal, sender, **kwargs)
 
 
 def workflow_class(name: str):
@@ -44,7 +31,7 @@ def workflow_class(name: str):
 
 
 def announce_finished(run: Run) -> None:
-    send_after_commit(
+    store.send_after_commit(
         signals.run_finished,
         workflow_class(run.workflow),
         run_id=run.id,
@@ -138,7 +125,7 @@ def promote_waiting(workflow_name: str, key: str) -> None:
             },
         )
         store.notify_due(waiting.queue)
-        send_after_commit(
+        store.send_after_commit(
             signals.key_handoff,
             workflow,
             from_run_id=holder.id if holder else None,

@@ -37,7 +37,6 @@ from django_durable.models import (
 from django_durable.operations import inputs, keys
 from django_durable.operations.finish import (
     run_finished,
-    send_after_commit,
     workflow_class,
 )
 from django_durable.operations.start import MAX_CHANGES_OF_HANDS, start_run
@@ -138,7 +137,7 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
             key=run.key,
             details={"by": by},
         )
-        send_after_commit(
+        store.send_after_commit(
             signals.key_release,
             workflow_class(run.workflow),
             run_id=run.id,

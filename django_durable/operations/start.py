@@ -22,7 +22,6 @@ from django_durable.models import (
     Status,
 )
 from django_durable.operations import finish, inputs, keys, options
-from django_durable.operations.finish import send_after_commit
 from django_durable.operations.keys import Action
 from django_durable.workflows.definition import (
     OnDuplicate,
@@ -391,7 +390,7 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
 def _announce_new_run(workflow, run: store.NewRun, *, notify: bool = True, connection=None) -> None:
     if notify and run.due_at is not None and run.due_at <= store.now():
         store.notify_due(run.queue)
-    send_after_commit(
+    store.send_after_commit(
         signals.run_started,
         workflow,
         connection=connection,
@@ -420,7 +419,7 @@ def _duplicate(workflow, key, holder: Run, payload: dict, outcome: str, **extra)
 def _announce_duplicate(
     workflow, key, holder_id, payload, outcome, input_changed, connection=None
 ) -> None:
-    send_after_commit(
+    store.send_after_commit(
         signals.key_duplicate,
         workflow,
         connection=connection,
@@ -451,7 +450,7 @@ def _announce_handed_off(workflow, key: str, from_id: uuid.UUID, run: store.NewR
 
 
 def _announce_handoff(workflow, key: str, from_id: uuid.UUID, to_id: uuid.UUID) -> None:
-    send_after_commit(
+    store.send_after_commit(
         signals.key_handoff,
         workflow,
         from_run_id=from_id,

@@ -32,6 +32,7 @@ from django_durable.store.base import (
     notify_due,
     now,
     retry_deadlocks,
+    send_after_commit,
 )
 from django_durable.store.batches import (
     BatchAnswer,
@@ -227,6 +228,7 @@ __all__ = [
     "retry_deadlocks",
     "run_outcomes",
     "save_owned_state",
+    "send_after_commit",
     "set_paused",
     "start_batch",
     "take_key",

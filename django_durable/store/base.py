@@ -45,6 +45,7 @@ __all__ = [
     "notify_due",
     "now",
     "retry_deadlocks",
+    "send_after_commit",
 ]
 
 
@@ -216,15 +217,21 @@ def insert(obj) -> None:
     obj.save(force_insert=True, using=alias())
 
 
-def announce_attempt(attempt: StepAttempt) -> None:
-    """``signals.attempt_recorded`` for a recorded attempt, after commit."""
-    if not signals.listened(signals.attempt_recorded):
+def send_after_commit(signal, sender, *, connection=None, **kwargs) -> None:
+    """Send one of django-durable's signals once the current transaction commits (at
+    once in autocommit); ``connection``: ``db()``, when the caller has it already."""
+    if not signals.listened(signal):  # nobody listens at all
         return
-    send = functools.partial(signals.send, signals.attempt_recorded, StepAttempt, attempt=attempt)
-    if db().in_atomic_block:
+    send = functools.partial(signals.send, signal, sender, **kwargs)
+    if (connection or db()).in_atomic_block:
         transaction.on_commit(send, using=alias())
     else:
         send()
+
+
+def announce_attempt(attempt: StepAttempt) -> None:
+    """``signals.attempt_recorded`` for a recorded attempt, after commit."""
+    send_after_commit(signals.attempt_recorded, StepAttempt, attempt=attempt)
 
 
 # --- waking workers -------------------------------------------------------------------
