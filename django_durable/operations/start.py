@@ -9,6 +9,7 @@ after commit.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, TypeAlias
@@ -53,29 +54,42 @@ class StartResult(NamedTuple):
 
 
 def _new_run(
-    workflow: type[Workflow], payload: dict, key: str | None, **fields: Any
+    workflow: type[Workflow],
+    payload: dict,
+    key: str | None,
+    *,
+    holds_key: bool = False,
+    input_json: str | None = None,
+    connection=None,
+    **fields: Any,
 ) -> store.NewRun:
     """The run a start inserts; ``fields`` set more of the columns a start sets
-    (``store.starts.START_COLUMNS``: ``parent_id``, ``context``, ``runs_after_id``...)."""
-    at = store.now()
+    (``store.starts.START_COLUMNS``: ``parent_id``, ``context``, ``runs_after_id``...);
+    ``input_json``: the input's JSON text, when the start has it; ``connection``:
+    ``store.db()``, when the caller has it already."""
+    at = store.now(connection)
+    timeout = workflow.timeout
     run = store.NewRun(
         id=uuid.uuid4(),
         workflow=workflow.name,
         queue=workflow.queue,
         priority=workflow.priority,
         input=payload,
+        input_json=input_json,
         key=key,
+        holds_key=holds_key,
         created_at=at,
         due_at=at,
-        timeout_at=at + workflow.timeout if workflow.timeout else None,
+        timeout_at=at + timeout if timeout else None,
         step_names=workflow.step_names(),
         trace_context=telemetry.trace_context(),  # the span this start runs in, if any
     )
-    for name, value in fields.items():
-        setattr(run, name, value)
+    if fields:  # a start with options (run_after, priority, queue) or a child's start
+        for name, value in fields.items():
+            setattr(run, name, value)
     if key is not None and workflow.debounce is not None and "due_at" not in fields:
-        timeout = workflow.debounce.timeout
-        run.debounce_deadline = at + timeout if timeout is not None else None
+        deadline = workflow.debounce.timeout
+        run.debounce_deadline = at + deadline if deadline is not None else None
         _set_debounced_due(run, workflow, run.debounce_deadline)
     return run
 
@@ -164,7 +178,7 @@ def start_run(
     """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
     connection = store.db()  # looked up once: each look-up costs a thread-local read
     if key is None:
-        run = _new_run(workflow, payload, None, **fields)
+        run = _new_run(workflow, payload, None, connection=connection, **fields)
         # One statement (INSERT and NOTIFY), atomic on its own; inside the caller's
         # transaction, in a savepoint that keeps that transaction usable whatever happens.
         if store.in_autocommit(connection):
@@ -202,7 +216,7 @@ def _start_keyed_alone(
     caller goes on from there in a transaction. ``connection``: ``store.db()``,
     looked up once for the whole start.
     """
-    run = _new_run(workflow, payload, key, holds_key=True, **fields)
+    run = _new_run(workflow, payload, key, holds_key=True, connection=connection, **fields)
     note = _duplicate_note(workflow, policy)
     found = store.insert_or_get_holder(run, note=note, connection=connection)
     if found.inserted:
@@ -255,9 +269,13 @@ def _duplicate_note(workflow, policy) -> store.DuplicateNote | None:
     """For ``use_existing`` and ``error``: let the insert record the duplicate itself."""
     if policy not in ("use_existing", "error"):
         return None
-    states = keys.holder_answers(
-        reuse=workflow.reuse, on_duplicate=policy, debounce=workflow.debounce is not None
-    )
+    return _note(workflow.reuse, policy, workflow.debounce is not None)
+
+
+@functools.lru_cache(maxsize=256)
+def _note(reuse: str, policy: str, debounced: bool) -> store.DuplicateNote:
+    """The note of a workflow's duplicates under ``policy``: the same at every start."""
+    states = keys.holder_answers(reuse=reuse, on_duplicate=policy, debounce=debounced)
     return store.DuplicateNote(policy, states)
 
 

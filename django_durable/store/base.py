@@ -222,11 +222,11 @@ def send_after_commit(signal, sender, *, connection=None, **kwargs) -> None:
     once in autocommit); ``connection``: ``db()``, when the caller has it already."""
     if not signals.listened(signal):  # nobody listens at all
         return
-    send = functools.partial(signals.send, signal, sender, **kwargs)
     if (connection or db()).in_atomic_block:
+        send = functools.partial(signals.send, signal, sender, **kwargs)
         transaction.on_commit(send, using=alias())
     else:
-        send()
+        signals.send(signal, sender, **kwargs)
 
 
 def announce_attempt(attempt: StepAttempt) -> None:

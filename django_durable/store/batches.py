@@ -13,6 +13,7 @@ it is not seen, and that item comes back with neither (the caller starts it alon
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -83,7 +84,7 @@ def start_batch(
     priority: int,
     due_at: datetime,
     timeout_at: datetime | None,
-    step_names: list[str],
+    step_names: Sequence[str],
     items: list[tuple[uuid.UUID, dict, str | None]],
     trace_context: dict | None = None,
 ) -> list[BatchAnswer]:

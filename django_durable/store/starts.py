@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -305,6 +306,12 @@ class InsertOrHolder(NamedTuple):
     holder_id: uuid.UUID | None = None
 
 
+# The two answers that carry nothing else, made once: a run that went in, and no
+# run inserted and no holder any more.
+_INSERTED = InsertOrHolder(True)
+_NOTHING = InsertOrHolder(False)
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class NewRun:
     """A run a start is about to insert: the columns a start gives it (START_COLUMNS),
@@ -327,7 +334,7 @@ class NewRun:
     due_at: datetime | None = None
     timeout_at: datetime | None = None
     debounce_deadline: datetime | None = None
-    step_names: list = dataclasses.field(default_factory=list)
+    step_names: Sequence[str] = ()
     trace_context: dict | None = None
     # Not a column: the input's JSON text when the start has it already (it checked
     # the input by serialising it), so START sends it without serialising it again.
@@ -354,14 +361,6 @@ def _new_run_defaults() -> tuple[tuple[Any, Any], ...]:
 # around it, that adapting was the largest part of a start's own CPU time.
 
 
-def _uuid_text(value: uuid.UUID | None) -> str | None:
-    return None if value is None else str(value)
-
-
-def _time_text(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
 @functools.lru_cache(maxsize=1024)
 def _names_json(names: tuple[str, ...]) -> str:
     """A workflow's step names as JSON: the same few lists at every start of it."""
@@ -372,24 +371,29 @@ def _start_params(run: NewRun) -> dict[str, Any]:
     """START's run arguments, one per column of START_COLUMNS (a test checks that),
     as text where durable_start's parameter reads it as its type; the input as the
     text the start checked it as, when it has it. Written out, not looped over the
-    columns: this runs at every start. A run due now is due at its creation: that
-    time is written out once."""
+    columns and without a helper per value: this runs at every start, and most of
+    the optional columns are empty. A run due now is due at its creation: that time
+    is written out once."""
     created = run.created_at.isoformat()
+    due, timeout, deadline = run.due_at, run.timeout_at, run.debounce_deadline
+    runs_after, parent = run.runs_after_id, run.parent_id
     return {
         "id": str(run.id),
         "workflow": run.workflow,
         "queue": run.queue,
         "priority": run.priority,
         "input": run.input_json if run.input_json is not None else as_json(run.input),
-        "context": as_json(run.context),
+        "context": as_json(run.context) if run.context else "{}",
         "key": run.key,
         "holds_key": run.holds_key,
-        "runs_after_id": _uuid_text(run.runs_after_id),
-        "parent_id": _uuid_text(run.parent_id),
-        "due_at": created if run.due_at is run.created_at else _time_text(run.due_at),
-        "timeout_at": _time_text(run.timeout_at),
-        "debounce_deadline": _time_text(run.debounce_deadline),
-        "step_names": _names_json(tuple(run.step_names)),
+        "runs_after_id": str(runs_after) if runs_after is not None else None,
+        "parent_id": str(parent) if parent is not None else None,
+        "due_at": (
+            created if due is run.created_at else due.isoformat() if due is not None else None
+        ),
+        "timeout_at": timeout.isoformat() if timeout is not None else None,
+        "debounce_deadline": deadline.isoformat() if deadline is not None else None,
+        "step_names": _names_json(tuple(run.step_names)),  # a tuple already: no copy
         "trace_context": as_json(run.trace_context),
         "created_at": created,
     }
@@ -415,13 +419,15 @@ def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
 
 
 def wake_params(run: NewRun, connection) -> dict[str, Any]:
-    """The NOTIFY parameters: it goes out (at commit) when the new run is due now (a
-    run due when it was created is, without reading the clock again)."""
+    """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
+    return {"wake": _wakes(run, connection), "channel": conf.get("NOTIFY_CHANNEL")}
+
+
+def _wakes(run: NewRun, connection) -> bool:
+    """Whether the new run is due now (a run due when it was created is, without
+    reading the clock again)."""
     due = run.due_at
-    return {
-        "wake": due is not None and (due <= run.created_at or due <= now(connection)),
-        "channel": conf.get("NOTIFY_CHANNEL"),
-    }
+    return due is not None and (due <= run.created_at or due <= now(connection))
 
 
 def insert_run(run: NewRun) -> bool:
@@ -443,20 +449,19 @@ def insert_or_get_holder(
     connection = connection or db()
     if connection.vendor != "postgresql":
         if insert_run(run):
-            return InsertOrHolder(True)
+            return _INSERTED
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder, holder_id=holder.id if holder else None)
     params = _start_params(run)
-    params.update(wake_params(run, connection))
-    if note is not None:
-        params.update(outcome=note.outcome, answers=_answers(note.holder_states))
-    else:
-        params.update(outcome=None, answers="")
+    params["wake"] = _wakes(run, connection)
+    params["channel"] = conf.get("NOTIFY_CHANNEL")
+    params["outcome"] = note.outcome if note is not None else None
+    params["answers"] = _answers(note.holder_states) if note is not None else ""
     (answer,) = fetchone(START, params, connection)
     if answer == "true":  # the run went in (the common answer: no JSON to parse)
-        return InsertOrHolder(True)
+        return _INSERTED
     if answer is None:
-        return InsertOrHolder(False)
+        return _NOTHING
     found = json.loads(answer)
     holder_id = uuid.UUID(found["id"])
     if found["noted"]:

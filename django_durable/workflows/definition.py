@@ -323,6 +323,7 @@ class Workflow:
     priority: ClassVar[int] = 0
     schedules: ClassVar[list[Cron]] = []
     steps: ClassVar[tuple[StepDef, ...]] = ()
+    _step_names: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -330,21 +331,16 @@ class Workflow:
         if "name" not in cls.__dict__:
             cls.name = _snake_case(cls.__name__)
         cls.steps = tuple(_collect_steps(cls))
+        cls._step_names = tuple(s.name for s in cls.steps)
         if cls._abstract:
             return
         _check_definition(cls)
         registry.register(cls)
 
     @classmethod
-    def step_names(cls) -> list[str]:
+    def step_names(cls) -> tuple[str, ...]:
         """The names of the steps, in order (what a run records when it starts)."""
-        return [s.name for s in cls.steps]
-
-    def step_named(self, name: str) -> StepDef:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise LookupError(f"{self.name} has no step {name!r}")
+        return cls._step_names
 
 
 def _collect_steps(cls: type) -> list[StepDef]:
