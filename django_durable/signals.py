@@ -18,9 +18,9 @@ caused them commits, so a receiver never sees work that was rolled back.
 django-durable's own telemetry is not a receiver but each signal's *observer*
 (``observe``): a plain call made where the signal is sent, before its receivers.
 A signal no project connected to then costs its sender a dictionary look-up and,
-with telemetry installed, one call that returns at once while no provider
-listens; as a receiver, telemetry cost a start Django's dispatch (about 5 µs of
-CPU) even then.
+with telemetry installed, the question whether a provider listens (asked of the
+API at most once a second); as a receiver, telemetry cost a start Django's
+dispatch (about 5 µs of CPU) even then.
 """
 
 import logging
@@ -38,28 +38,47 @@ key_handoff = Signal()
 key_release = Signal()
 attempt_recorded = Signal()
 
-# Each signal's observer (telemetry's spans and metrics), set by ``observe``.
-_observers: dict[Signal, Callable[..., Any]] = {}
+# Each signal's observer (telemetry's spans and metrics) and what says whether it
+# observes now, set by ``observe``.
+_observers: dict[Signal, tuple[Callable[..., Any], Callable[[], bool]]] = {}
 
 
-def observe(signal: Signal, observer: Callable[..., Any] | None) -> None:
+def _always() -> bool:
+    return True
+
+
+def observe(
+    signal: Signal,
+    observer: Callable[..., Any] | None,
+    *,
+    when: Callable[[], bool] | None = None,
+) -> None:
     """Make ``observer(sender, **kwargs)`` django-durable's own observer of
-    ``signal`` (at most one per signal); ``None`` removes it."""
+    ``signal`` (at most one per signal); ``None`` removes it. ``when()``, if given,
+    says whether it observes at the moment (telemetry: whether a provider
+    listens): while it says no, the signal costs its sender nothing more than a
+    signal nobody listens to."""
     if observer is None:
         _observers.pop(signal, None)
     else:
-        _observers[signal] = observer
+        _observers[signal] = (observer, when or _always)
+
+
+def _observer(signal: Signal) -> Callable[..., Any] | None:
+    """The observer of ``signal``, if it observes now."""
+    found = _observers.get(signal)
+    return found[0] if found is not None and found[1]() else None
 
 
 def listened(signal: Signal) -> bool:
     """Whether sending ``signal`` reaches anything: a receiver or an observer."""
-    return bool(signal.receivers) or signal in _observers
+    return bool(signal.receivers) or _observer(signal) is not None
 
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
     """Send ``signal`` to its observer, then to its receivers (``send_robust``). An
     exception in either is logged, never raised: what the signal tells has happened."""
-    observer = _observers.get(signal)
+    observer = _observer(signal)
     if observer is not None:
         try:
             observer(sender, **kwargs)

@@ -36,14 +36,37 @@ def observed():
 
 
 @pytest.mark.skipif(not telemetry.AVAILABLE, reason="opentelemetry-api is not installed")
-def test_installed_telemetry_connects_no_receiver():
-    telemetry.install()
-    assert signals.run_started.receivers == []
-    assert signals.listened(signals.run_started)
-    telemetry.uninstall()
+def test_installed_telemetry_connects_no_receiver_and_observes_only_while_a_provider_listens():
+    from opentelemetry.sdk.trace import TracerProvider
+
     try:
+        telemetry.install()  # the API's global providers, which record nothing
+        assert signals.run_started.receivers == []
+        assert not signals.listened(signals.run_started)
+        telemetry.install(tracer_provider=TracerProvider())
+        assert signals.run_started.receivers == []
+        assert signals.listened(signals.run_started)
+        telemetry.uninstall()
         assert not signals.listened(signals.run_started)
     finally:
+        telemetry.install()
+
+
+def test_an_observer_hears_only_while_it_says_it_observes():
+    got, observing = [], [False]
+
+    def observer(sender, run_id, **kwargs):
+        got.append(run_id)
+
+    signals.observe(signals.run_started, observer, when=lambda: observing[0])
+    try:
+        durable.start(SyncAccount, {}, key="observed:off")
+        assert got == [] and not signals.listened(signals.run_started)
+        observing[0] = True
+        run_id = durable.start(SyncAccount, {}, key="observed:on")
+        assert got == [run_id] and signals.listened(signals.run_started)
+    finally:
+        signals.observe(signals.run_started, None)
         telemetry.install()
 
 

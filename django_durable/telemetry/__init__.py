@@ -69,9 +69,12 @@ def install(tracer_provider=None, meter_provider=None, *, queue_depth: bool = Tr
     if not AVAILABLE:
         return False
     depth = engine.observe_depth if queue_depth else None
-    instruments.current = Instruments(tracer_provider, meter_provider, observe_depth=depth)
+    current = instruments.current = Instruments(
+        tracer_provider, meter_provider, observe_depth=depth
+    )
     for signal, observer in _OBSERVERS:
-        signals.observe(signal, observer)
+        # Called only while a provider listens: until then a signal costs a start nothing.
+        signals.observe(signal, observer, when=current.active)
     store.watch_claims(engine.claimed)
     return True
 
