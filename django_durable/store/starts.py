@@ -393,7 +393,7 @@ def _start_params(run: NewRun) -> dict[str, Any]:
         ),
         "timeout_at": timeout.isoformat() if timeout is not None else None,
         "debounce_deadline": deadline.isoformat() if deadline is not None else None,
-        "step_names": _names_json(tuple(run.step_names)),  # a tuple already: no copy
+        "step_names": _names_json(tuple(run.step_names)),  # a workflow gives a tuple: no copy
         "trace_context": as_json(run.trace_context),
         "created_at": created,
     }
