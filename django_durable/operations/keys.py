@@ -7,7 +7,6 @@ every cell of the reuse table and the on_duplicate table is tested directly.
 from __future__ import annotations
 
 import enum
-import functools
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
@@ -130,7 +129,6 @@ def retake_allowed(reuse: str, holder_status: str) -> bool:
 _ANSWERS = {"use_existing": Action.USE_EXISTING, "error": Action.RAISE_TAKEN}
 
 
-@functools.lru_cache(maxsize=64)
 def holder_answers(
     *, reuse: str, on_duplicate: str | tuple[str, str], debounce: bool = False
 ) -> frozenset[tuple[str, bool]]:

@@ -84,9 +84,8 @@ def _new_run(
         step_names=workflow.step_names(),
         trace_context=telemetry.trace_context(),  # the span this start runs in, if any
     )
-    if fields:  # a start with options (run_after, priority, queue) or a child's start
-        for name, value in fields.items():
-            setattr(run, name, value)
+    for name, value in fields.items():  # options (run_after, priority, queue), a child's
+        setattr(run, name, value)
     if key is not None and workflow.debounce is not None and "due_at" not in fields:
         deadline = workflow.debounce.timeout
         run.debounce_deadline = at + deadline if deadline is not None else None
@@ -274,7 +273,8 @@ def _duplicate_note(workflow, policy) -> store.DuplicateNote | None:
 
 @functools.lru_cache(maxsize=256)
 def _note(reuse: str, policy: str, debounced: bool) -> store.DuplicateNote:
-    """The note of a workflow's duplicates under ``policy``: the same at every start."""
+    """The note of a workflow's duplicates under ``policy``: the same at every start,
+    so it is made once (``keys.holder_answers`` asks the rules of every holder state)."""
     states = keys.holder_answers(reuse=reuse, on_duplicate=policy, debounce=debounced)
     return store.DuplicateNote(policy, states)
 

@@ -419,15 +419,13 @@ def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
 
 
 def wake_params(run: NewRun, connection) -> dict[str, Any]:
-    """The NOTIFY parameters: it goes out (at commit) when the new run is due now."""
-    return {"wake": _wakes(run, connection), "channel": conf.get("NOTIFY_CHANNEL")}
-
-
-def _wakes(run: NewRun, connection) -> bool:
-    """Whether the new run is due now (a run due when it was created is, without
-    reading the clock again)."""
+    """The NOTIFY parameters: it goes out (at commit) when the new run is due now (a
+    run due when it was created is, without reading the clock again)."""
     due = run.due_at
-    return due is not None and (due <= run.created_at or due <= now(connection))
+    return {
+        "wake": due is not None and (due <= run.created_at or due <= now(connection)),
+        "channel": conf.get("NOTIFY_CHANNEL"),
+    }
 
 
 def insert_run(run: NewRun) -> bool:
@@ -453,8 +451,7 @@ def insert_or_get_holder(
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
         return InsertOrHolder(False, holder, holder_id=holder.id if holder else None)
     params = _start_params(run)
-    params["wake"] = _wakes(run, connection)
-    params["channel"] = conf.get("NOTIFY_CHANNEL")
+    params.update(wake_params(run, connection))
     params["outcome"] = note.outcome if note is not None else None
     params["answers"] = _answers(note.holder_states) if note is not None else ""
     (answer,) = fetchone(START, params, connection)
