@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from bench import duel
-from bench.common import connect
+from bench.common import connect, drop_database
 
 # (label, the PostgreSQL functions whose inclusive time the phase is: alternatives of
 # one code path, as the simple and the extended protocol call them, never nested)
@@ -127,7 +127,7 @@ def main() -> None:
                 record(library, args.n, path)
                 found[library] = phases(path, args.n)
             finally:
-                duel.drop_database(duel.database(library))
+                drop_database(duel.database(library))
     print(f"µs of the backend's CPU per new key ({args.n} each)")
     print(f"{'':36}" + "".join(f"{library:>15}" for library in libraries))
     for label, _symbols in PHASES:
