@@ -15,6 +15,10 @@ Per library, on a database of its own:
   (each answered by its holder, ``use_existing``);
 - ``pgqueuer``: ``enqueue`` with a new ``dedupe_key``, then the same keys again
   (``DuplicateJobError``);
+- ``pgqueuer_unprepared``: the same on a connection that prepares nothing
+  (``prepare_threshold=None``, as behind PgBouncer in transaction mode): each
+  enqueue parsed and planned at every call, as a start's statement is with
+  Django's defaults;
 - ``procrastinate``: ``defer`` with a new ``queueing_lock``, then the same locks
   again (``AlreadyEnqueued``).
 
@@ -34,12 +38,14 @@ import time
 
 from bench.common import ROOT, drop_database, dsn, migrate, recreate_database, suite_env
 
-LIBRARIES = ("durable", "pgqueuer", "procrastinate")
+LIBRARIES = ("durable", "pgqueuer", "pgqueuer_unprepared", "procrastinate")
 # (ours, the peer, kind): the ratios reported, ours over the peer's rate.
 PAIRS = [
     ("durable", "pgqueuer", "new"),
+    ("durable", "pgqueuer_unprepared", "new"),
     ("durable", "procrastinate", "new"),
     ("durable", "pgqueuer", "dup"),
+    ("durable", "pgqueuer_unprepared", "dup"),
     ("durable", "procrastinate", "dup"),
 ]
 
@@ -71,7 +77,7 @@ def durable_operations():
     return new, dup
 
 
-def pgqueuer_operations():
+def pgqueuer_operations(library: str = "pgqueuer", prepare_threshold: int | None = 5):
     import psycopg
     from pgqueuer.adapters.drivers.psycopg import SyncPsycopgDriver
     from pgqueuer.domain.errors import DuplicateJobError
@@ -79,9 +85,10 @@ def pgqueuer_operations():
 
     from bench.peer_pgqueuer import install
 
-    db = database("pgqueuer")
+    db = database(library)
     asyncio.run(install(db))
-    queries = SyncQueries(SyncPsycopgDriver(psycopg.connect(dsn(db), autocommit=True)))
+    connection = psycopg.connect(dsn(db), autocommit=True, prepare_threshold=prepare_threshold)
+    queries = SyncQueries(SyncPsycopgDriver(connection))
 
     def new(n: int, tag: str) -> None:
         for i in range(n):
@@ -129,6 +136,7 @@ def serve(library: str) -> None:
     operations = {
         "durable": durable_operations,
         "pgqueuer": pgqueuer_operations,
+        "pgqueuer_unprepared": lambda: pgqueuer_operations("pgqueuer_unprepared", None),
         "procrastinate": procrastinate_operations,
     }[library]()
     kinds = dict(zip(("new", "dup"), operations, strict=True))

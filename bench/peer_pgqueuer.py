@@ -2,6 +2,10 @@
 and an async ``QueueManager`` at its defaults (batches of 10).
 
 - ``pgqueuer_enqueue_dedupe``: enqueue with a new ``dedupe_key``, ops/s
+- ``pgqueuer_enqueue_unprepared``: the same on a connection that prepares nothing
+  (psycopg's ``prepare_threshold=None``, as behind PgBouncer in transaction mode):
+  the enqueue parsed and planned at every call, as a start's statement is with
+  Django's defaults. For comparison like for like; the target names the one above
 - ``pgqueuer_duplicate``: enqueue with a key already queued (raises ``DuplicateJobError``)
 - ``pgqueuer_enqueue_batch``: one ``enqueue`` call with lists of N jobs, each with its
   own new ``dedupe_key``, ops/s
@@ -43,12 +47,20 @@ def truncate(db: str) -> None:
         conn.execute("TRUNCATE pgqueuer, pgqueuer_log")
 
 
-def enqueues(results: Results, args, queries: SyncQueries, tag: str) -> None:
-    keys = [f"{tag}:{i}" for i in range(args.n)]
+def enqueue_new_keys(queries: SyncQueries, keys: list[str]) -> float:
+    """Enqueue one job per key (each key new); the seconds it took."""
     with stopwatch() as elapsed:
         for i, key in enumerate(keys):
             queries.enqueue("noop", b"%d" % i, dedupe_key=key)
-    results.add("pgqueuer_enqueue_dedupe", rate(args.n, elapsed()), "ops/s")
+    return elapsed()
+
+
+def enqueues(
+    results: Results, args, queries: SyncQueries, unprepared: SyncQueries, tag: str
+) -> None:
+    keys = [f"{tag}:{i}" for i in range(args.n)]
+    seconds = enqueue_new_keys(queries, keys)
+    results.add("pgqueuer_enqueue_dedupe", rate(args.n, seconds), "ops/s")
     if wanted(args, "pgqueuer_duplicate"):
         with stopwatch() as elapsed:
             for i, key in enumerate(keys):
@@ -71,6 +83,11 @@ def enqueues(results: Results, args, queries: SyncQueries, tag: str) -> None:
         if len(ids) != args.n:
             raise RuntimeError(f"{len(ids)} of {args.n} batch jobs enqueued")
         results.add("pgqueuer_enqueue_batch", rate(args.n, elapsed()), "ops/s")
+    # Last, on an empty table as the first: the figures above are taken as they always were.
+    if wanted(args, "pgqueuer_enqueue_unprepared"):
+        truncate(args.db)
+        seconds = enqueue_new_keys(unprepared, [f"{tag}:unprepared:{i}" for i in range(args.n)])
+        results.add("pgqueuer_enqueue_unprepared", rate(args.n, seconds), "ops/s")
 
 
 async def drain(db: str, n: int) -> float:
@@ -101,20 +118,27 @@ def main() -> None:
     results = Results()
     recreate_database(args.db)
     asyncio.run(install(args.db))
-    with psycopg.connect(dsn(args.db), autocommit=True) as conn:
+    with (
+        psycopg.connect(dsn(args.db), autocommit=True) as conn,
+        psycopg.connect(dsn(args.db), autocommit=True, prepare_threshold=None) as plain,
+    ):
         queries = SyncQueries(SyncPsycopgDriver(conn))
+        unprepared = SyncQueries(SyncPsycopgDriver(plain))
         for repeat in range(args.repeats):
             print(f"pgqueuer, repeat {repeat + 1}", flush=True)
             truncate(args.db)
             enqueue_metrics = [
                 "pgqueuer_enqueue_dedupe",
+                "pgqueuer_enqueue_unprepared",
                 "pgqueuer_duplicate",
                 "pgqueuer_enqueue_batch",
             ]
             if wanted(args, *enqueue_metrics):
                 results.measure(
                     enqueue_metrics,
-                    lambda repeat=repeat: enqueues(results, args, queries, f"r{repeat}"),
+                    lambda repeat=repeat: enqueues(
+                        results, args, queries, unprepared, f"r{repeat}"
+                    ),
                 )
             if wanted(args, "pgqueuer_worker"):
                 truncate(args.db)

@@ -33,6 +33,7 @@ SUITE_METRICS = {
     ],
     "pgqueuer": [
         "pgqueuer_enqueue_dedupe",
+        "pgqueuer_enqueue_unprepared",
         "pgqueuer_duplicate",
         "pgqueuer_enqueue_batch",
         "pgqueuer_worker",
@@ -77,6 +78,7 @@ RAW = {
     "procrastinate_duplicate": "raw_insert",
     "procrastinate_worker_c4": "raw_cycle_c4",
     "pgqueuer_enqueue_dedupe": "raw_insert",
+    "pgqueuer_enqueue_unprepared": "raw_insert",
     "pgqueuer_duplicate": "raw_insert",
     "pgqueuer_enqueue_batch": "raw_insert",
     "procrastinate_batch_defer": "raw_insert",
@@ -113,6 +115,14 @@ DJANGO_PEERS = {
         "tasksdb_worker",
         "tasksdb_worker_x4",
     ],
+}
+# The same protocol on both sides: a start with Django's defaults (client-side
+# binding, nothing prepared) against pgqueuer's enqueue on a connection that
+# prepares nothing, and the documented opt-in for prepared statements against
+# pgqueuer's default (psycopg prepares a statement from its fifth call).
+LIKE_FOR_LIKE = {
+    "start_new_key": ["pgqueuer_enqueue_unprepared"],
+    "start_new_key_prepared": ["pgqueuer_enqueue_dedupe"],
 }
 LOWER_IS_BETTER = {"latency_p50_ms", "latency_p99_ms", "procrastinate_latency_p50_ms"}
 
@@ -215,13 +225,15 @@ def markdown(metrics: dict, missing: dict, target_rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def django_peers_markdown(metrics: dict, missing: dict) -> str:
-    """Ours next to Celery with Redis and django-tasks-db, metric by metric."""
+def pairs_markdown(metrics: dict, missing: dict, pairs: dict[str, list[str]]) -> str:
+    """Ours next to each peer ``pairs`` names for it, metric by metric: Celery with
+    Redis and django-tasks-db (DJANGO_PEERS), or pgqueuer with the same protocol
+    (LIKE_FOR_LIKE)."""
     lines = [
         "| ours | value | the peer | its value | ours / peer |",
         "| --- | ---: | --- | ---: | ---: |",
     ]
-    for name, peers in DJANGO_PEERS.items():
+    for name, peers in pairs.items():
         mine = metrics.get(name)
         for peer in peers:
             theirs = metrics.get(peer)

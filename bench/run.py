@@ -224,7 +224,8 @@ def main() -> int:
     targets = report.targets(metrics)
     table = report.markdown(metrics, missing, targets)
     if metrics:
-        table += "\n\n" + report.django_peers_markdown(metrics, missing)
+        for pairs in (report.LIKE_FOR_LIKE, report.DJANGO_PEERS):
+            table += "\n\n" + report.pairs_markdown(metrics, missing, pairs)
     print()
     print(table)
     recorded = {"machine": info, "metrics": metrics, "missing": missing, "targets": targets}
