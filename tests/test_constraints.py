@@ -171,12 +171,98 @@ def test_the_status_checks_validate_in_python_too():
         attempt.validate_constraints()
 
 
+def test_an_update_to_an_unknown_status_is_refused():
+    """The rule holds for an UPDATE as for an INSERT (on PostgreSQL the column's type
+    checks what an UPDATE writes to it)."""
+    run = RunFactory()
+    with broken("durable_run_status_valid"), transaction.atomic():
+        Run.objects.filter(id=run.id).update(status="paused")
+    assert Run.objects.get(id=run.id).status == Status.PENDING
+
+
+@pytest.mark.parametrize("column", ["step_index", "attempt", "fence", "recoveries"])
+def test_a_negative_counter_is_refused(column):
+    run = RunFactory()
+    # PostgreSQL: the counters' domain; SQLite: the positive integer field's CHECK.
+    name = "durable_counter_not_negative" if connection.vendor == "postgresql" else column
+    with pytest.raises(IntegrityError, match=name), transaction.atomic():
+        Run.objects.filter(id=run.id).update(**{column: -1})
+    with pytest.raises(IntegrityError, match=name), transaction.atomic():
+        raw_insert(**{column: -1})
+    attempt = StepAttemptFactory(run=run)
+    if column in ("step_index", "attempt"):
+        with pytest.raises(IntegrityError, match=name), transaction.atomic():
+            type(attempt).objects.filter(id=attempt.id).update(**{column: -1})
+
+
+def _single_column_checks(table: str) -> list[str]:
+    """The CHECKs of ``table`` that read one column (PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass "
+            "AND contype = 'c' AND cardinality(conkey) = 1 ORDER BY conname",
+            [table],
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def _column_types(table: str) -> dict[str, str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
+            [table],
+        )
+        return dict(cursor.fetchall())
+
+
+DOMAIN_COLUMNS = {
+    "durable_run": {
+        "status": "durable_run_status",
+        "key": "durable_run_key",
+        "step_index": "durable_counter",
+        "attempt": "durable_counter",
+        "fence": "durable_counter",
+        "recoveries": "durable_counter",
+    },
+    "durable_step_attempt": {
+        "status": "durable_step_attempt_status",
+        "step_index": "durable_counter",
+        "attempt": "durable_counter",
+    },
+}
+
+
+@pytest.mark.postgres
+def test_postgresql_checks_the_rules_of_one_column_by_its_type():
+    """PostgreSQL reads every CHECK of a table back from its text at each INSERT and
+    UPDATE; a domain's check is read once per session. So the tables written at
+    every start and step keep only the CHECK that reads two columns
+    (durable_run_holder_has_key), and each column with a rule of its own has a
+    domain as its type, whose check is validated and named as the rule."""
+    for table, domains in DOMAIN_COLUMNS.items():
+        assert _single_column_checks(table) == []
+        types = _column_types(table)
+        assert {column: types[column] for column in domains} == domains
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.typname, c.conname, c.convalidated FROM pg_constraint AS c "
+            "JOIN pg_type AS t ON t.oid = c.contypid WHERE t.typname LIKE 'durable%%'"
+        )
+        checks = {domain: (name, valid) for domain, name, valid in cursor.fetchall()}
+    assert checks == {
+        "durable_counter": ("durable_counter_not_negative", True),
+        "durable_run_status": ("durable_run_status_valid", True),
+        "durable_step_attempt_status": ("durable_step_attempt_status_valid", True),
+        "durable_run_key": ("durable_run_key_length", True),
+    }
+
+
 @pytest.mark.postgres
 def test_postgresql_keeps_each_status_check_as_one_array_constant():
-    """PostgreSQL reads a CHECK from its stored text at every INSERT and UPDATE: the
-    status checks are stored as one array constant, not an ``IN`` list (an array
-    rebuilt from one constant per status at each statement). Migration 0019 writes
-    them by hand (NOT VALID, then validated): they name the model's statuses, and
+    """The status checks (the domains' since migration 0020, the tables' from 0019)
+    are stored as one array constant, not an ``IN`` list (an array rebuilt from one
+    constant per status each time it is read): they name the model's statuses, and
     are validated."""
     import re
 
@@ -209,7 +295,8 @@ def test_a_text_array_reads_back_as_its_values():
 
 
 def _status_checks() -> dict[str, str]:
-    """The definitions of the validated status CHECKs, by name (PostgreSQL)."""
+    """The definitions of the validated status CHECKs, by name, of the tables or of
+    the domains (PostgreSQL)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname IN "
@@ -239,3 +326,54 @@ def test_migration_0019_replaces_the_status_checks_both_ways_with_rows_in_place(
     assert Run.objects.get(id=run.id).status == Status.COMPENSATION_FAILED
     with broken("durable_run_status_valid"), transaction.atomic():
         raw_insert(status="done")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_migration_0020_moves_the_rules_into_the_column_types_both_ways_with_rows_in_place():
+    """Back to 0019 the tables' CHECKs return (the counters' too) and the columns
+    their base types; forward the domains, with the rows kept and the rules held."""
+    from django.core.management import call_command
+
+    run = RunFactory(status=Status.COMPENSATION_FAILED, key="order:1", attempt=3, fence=2)
+    StepAttemptFactory(run=run, status="lost", step_index=1)
+    call_command("migrate", "django_durable", "0019", verbosity=0)
+    try:
+        assert _single_column_checks("durable_run") == [
+            "durable_run_attempt_check",
+            "durable_run_fence_check",
+            "durable_run_key_length",
+            "durable_run_recoveries_check",
+            "durable_run_status_valid",
+            "durable_run_step_index_check",
+        ]
+        assert _single_column_checks("durable_step_attempt") == [
+            "durable_step_attempt_attempt_check",
+            "durable_step_attempt_status_valid",
+            "durable_step_attempt_step_index_check",
+        ]
+        types = _column_types("durable_run")
+        assert (types["status"], types["key"], types["fence"]) == (
+            "character varying(20)",
+            "character varying(255)",
+            "integer",
+        )
+        with broken("durable_run_status_valid"), transaction.atomic():
+            raw_insert(status="done")
+    finally:
+        call_command("migrate", "django_durable", verbosity=0)
+    for table, domains in DOMAIN_COLUMNS.items():
+        assert _single_column_checks(table) == []
+        assert {c: t for c, t in _column_types(table).items() if c in domains} == domains
+    kept = Run.objects.get(id=run.id)
+    assert (kept.status, kept.key, kept.attempt, kept.fence) == (
+        Status.COMPENSATION_FAILED,
+        "order:1",
+        3,
+        2,
+    )
+    assert kept.attempts.get().status == "lost"
+    with broken("durable_run_status_valid"), transaction.atomic():
+        raw_insert(status="done")
+    with broken("durable_run_key_length"), transaction.atomic():
+        raw_insert(key="")

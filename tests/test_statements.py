@@ -19,6 +19,7 @@ from tests.helpers import run_claimed
 from tests.testapp.workflows import Noop, SyncAccount
 
 
+@pytest.mark.django_db
 def test_the_statements_name_every_column_of_the_runs_table():
     columns = tuple(field.column for field in Run._meta.concrete_fields)
     assert columns == starts.RUN_COLUMNS
@@ -28,9 +29,10 @@ def test_the_statements_name_every_column_of_the_runs_table():
         for column in columns:
             assert f"%({column})s" in statement, (column, statement[:60])
     # durable_start takes the columns a start sets as arguments p_<column>, typed as
-    # the table's columns, and inserts every column.
+    # the table's columns (a domain's base type: its check applies at the insert),
+    # and inserts every column.
     assert set(starts.START_COLUMNS) <= set(columns)
-    types = {f.column: f.db_type(connection) for f in Run._meta.concrete_fields}
+    types = {f.column: _base_type(f.db_type(connection)) for f in Run._meta.concrete_fields}
     inserted = starts.START_INSERT.split("VALUES", 1)[1]
     for column, sql_type in starts.START_COLUMNS.items():
         assert f"p_{column} {sql_type}" in starts.START_FUNCTION, column
@@ -38,6 +40,21 @@ def test_the_statements_name_every_column_of_the_runs_table():
         if connection.vendor == "postgresql":
             declared = types[column].split("(")[0]
             assert declared.replace("timestamp with time zone", "timestamptz") == sql_type, column
+
+
+def _base_type(sql_type: str) -> str:
+    """``sql_type``, or the base type of the domain of that name (PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        return sql_type
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT format_type(typbasetype, typtypmod) FROM pg_type "
+            "WHERE typname = %s AND typtype = 'd'",
+            [sql_type],
+        )
+        row = cursor.fetchone()
+    # As Django writes the types of the columns that are not domains.
+    return row[0].replace("character varying", "varchar") if row else sql_type
 
 
 def test_the_start_call_passes_its_arguments_in_the_functions_order():
