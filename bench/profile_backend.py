@@ -1,6 +1,7 @@
 """Where the database's time goes per keyed start: our new key beside the peers'
-(pgqueuer's enqueue with a new ``dedupe_key``, procrastinate's ``defer`` with a
-new ``queueing_lock``), sampled in each one's PostgreSQL backends by ``perf``.
+(pgqueuer's enqueue with a new ``dedupe_key``, prepared and not, procrastinate's
+``defer`` with a new ``queueing_lock``), sampled in each one's PostgreSQL
+backends by ``perf``.
 
     python -m bench.profile_backend [--n 4000] [--libraries durable,pgqueuer]
 
@@ -129,9 +130,10 @@ def main() -> None:
             finally:
                 drop_database(duel.database(library))
     print(f"µs of the backend's CPU per new key ({args.n} each)")
-    print(f"{'':36}" + "".join(f"{library:>15}" for library in libraries))
+    width = max(15, *(len(library) + 2 for library in libraries))
+    print(f"{'':36}" + "".join(f"{library:>{width}}" for library in libraries))
     for label, _symbols in PHASES:
-        print(f"{label:36}" + "".join(f"{found[lib][label]:15.1f}" for lib in libraries))
+        print(f"{label:36}" + "".join(f"{found[lib][label]:{width}.1f}" for lib in libraries))
 
 
 if __name__ == "__main__":
