@@ -76,7 +76,11 @@ class DomainCheck(models.CheckConstraint):
 
     Django validates it in Python as any ``CheckConstraint``; on PostgreSQL the
     table has no such CHECK (the domain's check of the same name refuses the
-    value), so there is nothing to create or drop there."""
+    value), so there is nothing to create or drop there. A change of the rule
+    therefore needs a migration that changes the domain's check as well
+    (``ALTER DOMAIN ... DROP CONSTRAINT`` and ``ADD CONSTRAINT``, as 0020 writes
+    them): tests/test_constraints.py compares the domains' statuses with the
+    model's."""
 
     def constraint_sql(self, model, schema_editor):
         if schema_editor.connection.vendor == "postgresql":
