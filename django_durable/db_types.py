@@ -83,16 +83,17 @@ class DomainCheck(models.CheckConstraint):
     model's."""
 
     def constraint_sql(self, model, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            return None
-        return super().constraint_sql(model, schema_editor)
+        return self._on_the_table(super().constraint_sql, model, schema_editor)
 
     def create_sql(self, model, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            return None
-        return super().create_sql(model, schema_editor)
+        return self._on_the_table(super().create_sql, model, schema_editor)
 
     def remove_sql(self, model, schema_editor):
+        return self._on_the_table(super().remove_sql, model, schema_editor)
+
+    @staticmethod
+    def _on_the_table(sql, model, schema_editor):
+        """``sql`` of the table's CHECK, except on PostgreSQL (None: nothing to run)."""
         if schema_editor.connection.vendor == "postgresql":
             return None
-        return super().remove_sql(model, schema_editor)
+        return sql(model, schema_editor)

@@ -233,6 +233,14 @@ DOMAIN_COLUMNS = {
 }
 
 
+def _assert_the_columns_have_their_domains() -> None:
+    """No CHECK of one column left on the tables, each such column typed by its domain."""
+    for table, domains in DOMAIN_COLUMNS.items():
+        assert _single_column_checks(table) == []
+        types = _column_types(table)
+        assert {column: types[column] for column in domains} == domains
+
+
 @pytest.mark.postgres
 def test_postgresql_checks_the_rules_of_one_column_by_its_type():
     """PostgreSQL reads every CHECK of a table back from its text at each INSERT and
@@ -240,10 +248,7 @@ def test_postgresql_checks_the_rules_of_one_column_by_its_type():
     every start and step keep only the CHECK that reads two columns
     (durable_run_holder_has_key), and each column with a rule of its own has a
     domain as its type, whose check is validated and named as the rule."""
-    for table, domains in DOMAIN_COLUMNS.items():
-        assert _single_column_checks(table) == []
-        types = _column_types(table)
-        assert {column: types[column] for column in domains} == domains
+    _assert_the_columns_have_their_domains()
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT t.typname, c.conname, c.convalidated FROM pg_constraint AS c "
@@ -362,9 +367,7 @@ def test_migration_0020_moves_the_rules_into_the_column_types_both_ways_with_row
             raw_insert(status="done")
     finally:
         call_command("migrate", "django_durable", verbosity=0)
-    for table, domains in DOMAIN_COLUMNS.items():
-        assert _single_column_checks(table) == []
-        assert {c: t for c, t in _column_types(table).items() if c in domains} == domains
+    _assert_the_columns_have_their_domains()
     kept = Run.objects.get(id=run.id)
     assert (kept.status, kept.key, kept.attempt, kept.fence) == (
         Status.COMPENSATION_FAILED,

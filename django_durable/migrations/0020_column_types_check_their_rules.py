@@ -11,15 +11,15 @@ Each table changes in one ALTER TABLE: its single-column CHECKs dropped and its
 columns given their domains, which at that moment have no check, so PostgreSQL
 does not rewrite the table; it does rebuild the indexes that read the status or
 the key, holding the table's lock (``migrate`` took about 4 s with a million
-runs on the machine of docs/benchmarks.md). The domains' checks are added last, each validated over the
-rows already there. On SQLite nothing changes in the database: only Django's record
-of the fields and of the constraints (``DomainCheck``, a CHECK of the table there
-as before).
+runs on the machine of docs/benchmarks.md). The domains' checks are added last,
+each validated over the rows already there. On SQLite nothing changes in the
+database: only Django's record of the fields and of the constraints
+(``DomainCheck``, a CHECK of the table there as before).
 """
 
 import importlib
 
-from django.db import migrations, models
+from django.db import migrations
 from django.db.models import Q
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 
@@ -114,10 +114,6 @@ ORDER BY c.conname
 """
 
 
-def _base_types() -> dict[str, str]:
-    return {domain: base for domain, base, _name, _check in DOMAINS}
-
-
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
@@ -140,7 +136,7 @@ def backwards(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     quote = schema_editor.quote_name
-    bases = _base_types()
+    bases = {domain: base for domain, base, _name, _check in DOMAINS}
     for table, columns, checks in TABLES:
         changes = [
             f"ALTER COLUMN {quote(column)} TYPE {bases[domain]}"
@@ -156,41 +152,29 @@ def _choices(statuses):
     return [(status, status.replace("_", " ").title()) for status in statuses]
 
 
-def _run_status_check(cls):
-    return cls(condition=AnyOf("status", RUN_STATUSES), name="durable_run_status_valid")
-
-
-def _attempt_status_check(cls):
-    return cls(
-        condition=AnyOf("status", ATTEMPT_STATUSES), name="durable_step_attempt_status_valid"
-    )
-
-
-def _key_length_check(cls):
-    return cls(
-        condition=Q(key__isnull=True)
-        | Q(
-            GreaterThanOrEqual(OctetLength("key"), 1),
-            LessThanOrEqual(OctetLength("key"), 255),
-        ),
-        name="durable_run_key_length",
-    )
-
-
 def _constraint_changes():
-    """Django's record of the three named CHECKs: a DomainCheck each, the same test."""
-    changes = []
-    for model, make in (
-        ("run", _run_status_check),
-        ("run", _key_length_check),
-        ("stepattempt", _attempt_status_check),
-    ):
-        old = make(models.CheckConstraint)
-        changes += [
-            migrations.RemoveConstraint(model_name=model, name=old.name),
-            migrations.AddConstraint(
-                model_name=model, constraint=make(django_durable.db_types.DomainCheck)
+    """Django's record of the three named CHECKs: a DomainCheck each, the same test
+    under the same name."""
+    check = django_durable.db_types.DomainCheck
+    key_length = Q(key__isnull=True) | Q(
+        GreaterThanOrEqual(OctetLength("key"), 1), LessThanOrEqual(OctetLength("key"), 255)
+    )
+    checks = [
+        ("run", check(condition=AnyOf("status", RUN_STATUSES), name="durable_run_status_valid")),
+        ("run", check(condition=key_length, name="durable_run_key_length")),
+        (
+            "stepattempt",
+            check(
+                condition=AnyOf("status", ATTEMPT_STATUSES),
+                name="durable_step_attempt_status_valid",
             ),
+        ),
+    ]
+    changes = []
+    for model, constraint in checks:
+        changes += [
+            migrations.RemoveConstraint(model_name=model, name=constraint.name),
+            migrations.AddConstraint(model_name=model, constraint=constraint),
         ]
     return changes
 
