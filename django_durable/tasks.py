@@ -42,7 +42,7 @@ except ImportError:  # Django 5.2: the backport package
     except ImportError as exc:
         raise ImproperlyConfigured(
             "django_durable.tasks needs Django's Tasks framework: Django 6's django.tasks, "
-            "or on Django 5.2 the backport (pip install 'django-durable[tasks]')."
+            "or on Django 5.2 the backport (pip install 'django-durable-workflows[tasks]')."
         ) from exc
 
 import django_durable as durable
