@@ -64,7 +64,7 @@ def _database(url: str | None) -> dict:
             # IMMEDIATE transactions and WAL: a worker and the web server share the file.
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
+                "timeout": 20,
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
         }
