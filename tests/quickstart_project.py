@@ -7,15 +7,20 @@ database only when named) and ``<!-- quickstart: run -->`` (shell commands, in o
 The tests build a project from exactly these blocks, so the page cannot drift.
 """
 
+import importlib.metadata
 import re
 import shlex
+import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "quickstart.md"
-BLOCK = re.compile(r"(?:<!-- quickstart: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S)
+BLOCK = re.compile(
+    r"(?:<!-- quickstart: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S
+)
 
 
 @dataclass
@@ -87,8 +92,31 @@ def start_project(python: str, project: Path, env: dict) -> None:
 
 
 def run(args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, (args, result.stdout[-3000:], result.stderr[-3000:])
     return result
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    """``pip wheel`` of a copy of the sources, offline (``--no-build-isolation``, with
+    the setuptools the ``test`` extra installs): no build leaves files in the work tree
+    and a stale ``build/`` there can't hide a missing file."""
+    major = int(importlib.metadata.version("setuptools").split(".")[0])
+    assert major >= 77, "the test extra installs setuptools>=77: pip install -e '.[test]'"
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "django_durable",
+        source / "django_durable",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "-q", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    [built] = out.glob("django_durable_workflows-*.whl")
+    return built

@@ -7,14 +7,13 @@ and a stale ``build/`` there can't hide a missing file.
 """
 
 import email
-import importlib.metadata
 import pathlib
-import shutil
-import subprocess
-import sys
+import re
 import zipfile
 
 import pytest
+
+from tests.quickstart_project import build_wheel
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_durable"
@@ -22,24 +21,7 @@ PACKAGE = ROOT / "django_durable"
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
-    major = int(importlib.metadata.version("setuptools").split(".")[0])
-    assert major >= 77, "the test extra installs setuptools>=77: pip install -e '.[test]'"
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        PACKAGE, source / "django_durable", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-q", "-w", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    [built] = out.glob("django_durable-*.whl")
+    built = build_wheel(tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist"))
     with zipfile.ZipFile(built) as archive:
         yield archive
 
@@ -74,6 +56,8 @@ def test_the_wheel_holds_every_template_and_static_file(wheel):
 def test_the_wheel_metadata(wheel):
     [name] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     meta = email.message_from_bytes(wheel.read(name))
+    # The name on the package index: django-durable is an unrelated project's.
+    assert meta["Name"] == "django-durable-workflows"
     assert meta["Version"] == "0.2.0"
     assert meta["License-Expression"] == "MIT"
     assert meta.get_all("License-File") == ["LICENSE"]
@@ -87,6 +71,38 @@ def test_the_wheel_metadata(wheel):
     requires = meta.get_all("Requires-Dist")
     assert any(r.replace(" ", "") in ("Django<6.1,>=5.2", "django<6.1,>=5.2") for r in requires)
     urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL"))
-    assert set(urls) == {"Documentation", "Source", "Changelog"}
+    assert set(urls) == {"Documentation", "Source", "Changelog", "Issues"}
     home = "https://github.com/django-durable/django-durable"
     assert all(u.startswith(home) for u in urls.values())
+    assert set(meta.get_all("Provides-Extra")) >= {"postgres", "tasks", "otel"}
+
+
+def test_the_readme_on_a_package_page_links_and_shows_images_absolutely(wheel):
+    """The package index renders the README without the repository around it: every
+    link and image is absolute, into the repository pyproject names."""
+    [name] = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    readme = email.message_from_bytes(wheel.read(name)).get_payload()
+    targets = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert targets
+    relative = [t for t in targets if not t.startswith("https://")]
+    assert relative == []
+    repository = (
+        "https://github.com/django-durable/django-durable/blob/main/",
+        "https://raw.githubusercontent.com/django-durable/django-durable/main/",
+    )
+    for target in targets:
+        assert target.startswith(repository), target
+        path = target.split("/main/", 1)[1]
+        assert (ROOT / path).exists(), target
+    assert 'pip install "django-durable-workflows[postgres]"' in readme
+    assert "django-durable[" not in readme
+
+
+def test_every_install_line_names_the_distribution():
+    """No page tells a user to install the other project's ``django-durable``."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        for line in page.read_text().splitlines():
+            if "pip install" in line and "-e " not in line and '-e "' not in line:
+                assert "django-durable-workflows" in line or "pytest" in line, (page.name, line)
+                assert not re.search(r"django-durable(?!-workflows)[\[ \"']", line), line

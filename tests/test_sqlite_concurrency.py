@@ -171,7 +171,10 @@ def test_the_quickstart_settings_answer_every_keyed_start(tmp_path, sqlite_only)
         deadline = time.monotonic() + 180
         while (statuses := project.statuses()) != {"completed": ARTICLES}:
             assert sum(statuses.values()) == ARTICLES, statuses
-            assert time.monotonic() < deadline, (statuses, (project.path / "durable_worker.log").read_text())
+            assert time.monotonic() < deadline, (
+                statuses,
+                (project.path / "durable_worker.log").read_text(),
+            )
             time.sleep(1)
     finally:
         project.stop()
