@@ -10,7 +10,7 @@ VENV313 ?= .venv313
 PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) \
 	$(shell command -v python3.13 2>/dev/null))
 
-.PHONY: install install-py313 test test-sqlite test-postgres test-py313 demo lint format bench bench-quick migrations-check
+.PHONY: install install-py313 install-demo test test-sqlite test-postgres test-py313 demo lint format bench bench-quick migrations-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +55,14 @@ test-py313: install-py313
 	DURABLE_TEST_DB=sqlite $(VENV313)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 # The example project on SQLite: a worker, traffic with duplicates, and the dashboard.
-demo: install
+# It needs the package alone (Django, croniter, django-filter, django-htmx): not the
+# test toolchain. A busy DEMO_PORT (default 8000) stops it before anything is installed.
+install-demo: $(BIN)/python
+	$(BIN)/pip install -q -e .
+
+demo:
+	@PYTHON=$(PYTHON) bash scripts/demo.sh --check-port
+	$(MAKE) --no-print-directory install-demo
 	PYTHON=$(BIN)/python bash scripts/demo.sh
 
 lint: install

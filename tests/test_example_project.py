@@ -1,10 +1,16 @@
 """The demo's pieces work: the example project migrates, its traffic produces every
-kind of re-add, and a worker runs the workflows."""
+kind of re-add, and a worker runs the workflows; ``scripts/demo.sh`` refuses a busy
+DEMO_PORT before it starts anything, prints its banner after the worker's start-up
+lines, and trips no warning of django-durable's."""
 
 import json
 import os
+import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +56,102 @@ def test_traffic_shows_every_key_feature_and_a_worker_runs_it(tmp_path):
     ).stdout
     statuses = json.loads(counts.strip().splitlines()[-1])
     assert statuses.get("completed", 0) >= 10 and "running" not in statuses, counts
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def demo_environment(tmp_path, port: int) -> dict:
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "DEMO_PORT": str(port),
+        "SQLITE_PATH": str(tmp_path / "demo.sqlite3"),
+        "DEMO_LOGS": str(tmp_path / "logs"),
+    }
+    for name in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE"):
+        env.pop(name, None)
+    return env
+
+
+def test_the_example_project_has_no_warning_of_ours(tmp_path):
+    """The demo's settings are the recommended ones: no django_durable warning, and
+    none from a worker started the way the demo starts it."""
+    out = manage(tmp_path, "check")
+    assert "django_durable" not in out.stdout + out.stderr
+    manage(tmp_path, "migrate", "--noinput", "-v", "0")
+    demo = (ROOT / "scripts" / "demo.sh").read_text()
+    [line] = [line for line in demo.splitlines() if "manage.py durable_worker" in line]
+    args = shlex.split(line.split("manage.py", 1)[1])
+    worker = manage(tmp_path, *args, "--burst")
+    assert "django_durable.W" not in worker.stdout + worker.stderr
+
+
+@pytest.mark.parametrize("only_the_check", [False, True])
+def test_the_demo_refuses_a_busy_port_before_anything_starts(tmp_path, only_the_check):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = subprocess.run(
+            ["bash", "scripts/demo.sh", *(["--check-port"] if only_the_check else [])],
+            cwd=ROOT,
+            env=demo_environment(tmp_path, port),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode != 0
+    assert f"port {port}" in result.stderr and "DEMO_PORT=" in result.stderr, result.stderr
+    assert result.stdout == ""
+    # Nothing started: no database, no logs.
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_demo_prints_its_banner_last_and_stops_on_ctrl_c(tmp_path):
+    port = free_port()
+    env = demo_environment(tmp_path, port)
+    demo = subprocess.Popen(
+        ["bash", "scripts/demo.sh"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so that a failing test can stop all it started
+    )
+    try:
+        lines = []
+        for line in demo.stdout:
+            lines.append(line.rstrip("\n"))
+            if "Press Ctrl-C to stop." in line:
+                break
+        text = "\n".join(lines)
+        assert f"Dashboard: http://127.0.0.1:{port}/admin/durable/" in text, text
+        banner = next(i for i, line in enumerate(lines) if "django-durable demo" in line)
+        started = [i for i, line in enumerate(lines) if line.startswith("worker ")]
+        assert started and max(started) < banner, text
+        assert "django_durable.W" not in text
+        # The worker works meanwhile (its lines go to its log, not over the banner).
+        log = tmp_path / "logs" / "worker.log"
+        deadline = time.monotonic() + 120
+        while " completed " not in log.read_text():
+            assert demo.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        demo.send_signal(signal.SIGINT)
+        rest = demo.stdout.read()
+        assert demo.wait(timeout=90) == 0
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        demo.stdout.close()
+    # After the banner, nothing until Ctrl-C: then the demo says it stops.
+    assert rest.strip() == "demo: stopping the worker, the traffic and the web server...", rest
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").iterdir())
+    assert "django_durable.W" not in logs
+    assert "System check identified no issues" in logs
