@@ -44,6 +44,7 @@ __all__ = [
     "recorded_children",
     "recorded_start",
     "resume",
+    "retried",
     "satisfied",
     "slot_of",
     "suspended",
@@ -189,6 +190,28 @@ def _resolved(pending: dict, got: dict) -> Any:
         payloads = {n: got[event_slot("event", n)] for n in names if event_slot("event", n) in got}
         return {"payloads": payloads, "timed_out": len(payloads) < len(names)}
     return None  # a sleep is over; children are read again by the step
+
+
+def retried(state: dict | None, at: datetime) -> dict:
+    """The state a failed run resumes with after ``retry()``: its step runs again from
+    its start. The wait it was suspended in when it failed (a timeout passed while it
+    waited) is kept only when it is over (what it waited for arrived, its sleep ended);
+    otherwise it is forgotten, so the step's call waits again, its timeout counted
+    afresh, and never returns the timed-out wait's ``timeout_value``. The waits the step
+    passed before it, and what the run received, stay."""
+    new = dict(state or {})
+    pending = new.get("pending")
+    if pending and not (satisfied(new) or _slept(pending, at)):
+        del new["pending"]
+    return new
+
+
+def _slept(pending: dict, at: datetime) -> bool:
+    """A sleep whose time has come."""
+    until = pending.get("timeout_at")
+    if pending.get("kind") != "sleep" or until is None:
+        return False
+    return datetime.fromisoformat(until) <= at
 
 
 def unanswered_input(state: dict | None) -> dict | None:

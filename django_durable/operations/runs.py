@@ -16,6 +16,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from django_durable import signals, store, telemetry
+from django_durable import state as run_state
 from django_durable.exceptions import (
     AlreadyFinished,
     KeyContended,
@@ -72,7 +73,9 @@ def retry(run_id: uuid.UUID | str) -> uuid.UUID:
 
     The run gets a fresh deadline when its workflow has a ``timeout`` (a run that
     failed by its timeout would fail again at once otherwise), a fresh attempt
-    count and a fresh count of lost workers (``MAX_RECOVERIES``).
+    count, a fresh count of lost workers (``MAX_RECOVERIES``) and no error. A wait
+    that timed out is waited for again, its own timeout counted afresh
+    (``state.retried``): a retried run never completes with a timed-out wait's value.
     """
     with store.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
@@ -81,7 +84,11 @@ def retry(run_id: uuid.UUID | str) -> uuid.UUID:
         if run.key is not None and not run.holds_key:
             _retake_key(run)
         workflow = workflow_class(run.workflow)
-        store.resume_failed(run.id, timeout=workflow.timeout if workflow else None)
+        store.resume_failed(
+            run.id,
+            timeout=workflow.timeout if workflow else None,
+            state=run_state.retried(run.state, store.now()),
+        )
         store.notify_due(run.queue)
     return run.id
 

@@ -190,17 +190,23 @@ def cancel_run(run_id: uuid.UUID, error: Any) -> bool:
     )
 
 
-def resume_failed(run_id: uuid.UUID, *, timeout: timedelta | None = None) -> bool:
+def resume_failed(
+    run_id: uuid.UUID, *, timeout: timedelta | None = None, state: dict | None = None
+) -> bool:
     """A failed run becomes due again at the step that failed, with a fresh attempt
-    count, no lost workers counted, and a fresh deadline ``timeout`` from now."""
+    count, no lost workers counted, no error, and a fresh deadline ``timeout`` from now;
+    ``state``: its ``Run.state`` from now on (unchanged when None)."""
     at = now()
-    changes = {"timeout_at": at + timeout} if timeout is not None else {}
+    changes: dict = {"timeout_at": at + timeout} if timeout is not None else {}
+    if state is not None:
+        changes["state"] = state
     return bool(
         Run.objects.filter(id=run_id, status=Status.FAILED).update(
             status=Status.PENDING,
             attempt=1,
             recoveries=0,
             due_at=at,
+            error=None,
             finished_at=None,
             worker_id=None,
             lease_expires_at=None,
