@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING
 
 from django_durable.exceptions import (
     AlreadyFinished,
+    CalledFromAsync,
     Cancelled,
     ChildFailed,
     DefinitionChanged,
     DurableError,
+    InvalidKey,
+    InvalidKeyType,
     KeyContended,
     KeyTaken,
     NoKey,
@@ -23,6 +26,7 @@ from django_durable.exceptions import (
     ParallelFailed,
     RunTimedOut,
     StepTimeout,
+    UnknownWorkflow,
     WaitTimeout,
 )
 from django_durable.workflows.definition import (
@@ -40,6 +44,7 @@ from django_durable.workflows.durations import (
 
 __all__ = [
     "AlreadyFinished",
+    "CalledFromAsync",
     "Cancelled",
     "ChildFailed",
     "Context",
@@ -47,6 +52,8 @@ __all__ = [
     "Cron",
     "Debounce",
     "DurableError",
+    "InvalidKey",
+    "InvalidKeyType",
     "KeyContended",
     "KeyTaken",
     "NoKey",
@@ -60,6 +67,7 @@ __all__ = [
     "RunTimedOut",
     "StartResult",
     "StepTimeout",
+    "UnknownWorkflow",
     "WaitTimeout",
     "Workflow",
     "acancel",

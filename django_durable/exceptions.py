@@ -1,10 +1,51 @@
-"""Exceptions raised by django-durable's public API."""
+"""Exceptions raised by django-durable's public API.
+
+Mistakes in a call's arguments raise Python's usual kinds, so that ``except
+ValueError`` and friends work as anywhere: ``LookupError`` (an unknown workflow:
+``UnknownWorkflow``), ``TypeError`` (an argument of the wrong type), ``ValueError``
+(a refused value; a bad key: ``InvalidKey``, also Django's ``ValidationError``).
+Those of them that are ours also derive from ``DurableError`` (docs/keys.md).
+"""
 
 import uuid
+
+from django.core.exceptions import SynchronousOnlyOperation, ValidationError
 
 
 class DurableError(Exception):
     """Base class of every django-durable error."""
+
+
+class UnknownWorkflow(DurableError, LookupError):
+    """No workflow of that name is defined in this process (or the class given is
+    abstract): a ``LookupError``."""
+
+
+class InvalidKey(DurableError, ValidationError, ValueError):
+    """A key that is not 1 to 255 bytes of text with something besides whitespace in
+    it: a ``ValueError``, and Django's ``ValidationError`` (``.code`` says which rule:
+    ``key_type``, ``key_empty``, ``key_blank``, ``key_too_long``, ``key_nul``,
+    ``key_encoding``). A key that is not a ``str`` raises ``InvalidKeyType``, a
+    ``TypeError`` too."""
+
+    def __init__(self, message: str, code: str, params: dict | None = None):
+        super().__init__(message, code=code, params=params)
+
+    def __str__(self) -> str:
+        return self.messages[0]
+
+    def __reduce__(self):
+        return (type(self), (self.message, self.code, self.params))
+
+
+class InvalidKeyType(InvalidKey, TypeError):
+    """A key that is not a ``str`` (nor ``None``): an ``InvalidKey`` and a ``TypeError``."""
+
+
+class CalledFromAsync(DurableError, SynchronousOnlyOperation):
+    """A synchronous call (``start()``...) made from async code, where Django refuses
+    database work: the message names the ``a*`` twin to await instead (``astart()``).
+    A subclass of Django's ``SynchronousOnlyOperation``."""
 
 
 class KeyTaken(DurableError):

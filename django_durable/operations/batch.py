@@ -20,11 +20,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from django_durable import signals, store, telemetry
-from django_durable.exceptions import KeyTaken
+from django_durable.exceptions import InvalidKey, KeyTaken
 from django_durable.models import Activity
 from django_durable.operations import inputs, keys
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartResult, checked, start_run
+from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = ["BATCH_SIZE", "start_many"]
@@ -43,11 +44,14 @@ def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
         payload, key = item
         try:
             checked_items.append((inputs.validate_input(payload), keys.validate_key(key)))
-        except TypeError as exc:
-            raise TypeError(f"item {n}: {exc}") from None
+        except InvalidKey as exc:  # the same class (and code), saying which item
+            raise type(exc)(f"item {n}: {exc}", code=exc.code, params=exc.params) from None
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"item {n}: {exc}") from None
     return checked_items
 
 
+@sync_only("astart_many")
 def start_many(
     workflow: type[Workflow] | str,
     items: Iterable[tuple[dict[str, Any] | None, str | None]],
@@ -58,7 +62,8 @@ def start_many(
     of ``start()`` (a later item with a key an earlier one used is its duplicate);
     return a ``StartResult`` per item, in the same order.
 
-    Bad items raise (``TypeError``, ``ValidationError``) before anything is written;
+    Bad items raise (``TypeError``, ``ValueError``, ``InvalidKey``) before anything is
+    written;
     ``KeyTaken`` (``on_duplicate="error"``) leaves nothing of the call written.
     """
     definition, _, _, policy = checked(workflow, None, None, on_duplicate)

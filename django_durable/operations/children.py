@@ -31,13 +31,12 @@ from django_durable import store, telemetry
 from django_durable.exceptions import ChildFailed, KeyTaken, ParallelFailed
 from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
-from django_durable.operations.start import start_run
+from django_durable.operations.start import checked, start_run
 from django_durable.workflows.context import Suspend
 from django_durable.workflows.definition import (
     OnDuplicate,
     Workflow,
     registry,
-    validate_on_duplicate,
 )
 
 logger = logging.getLogger("django_durable.operations.children")
@@ -123,12 +122,9 @@ def start_from_step(
     the transaction that starts it, so the same call in a step that runs again
     (after a wait, a retry, a lost worker) returns it and starts nothing.
     """
-    definition = registry.resolve(workflow)
-    payload = inputs.validate_input(input)
-    key = keys.validate_key(key)
-    policy = definition.on_duplicate
-    if on_duplicate is not None:
-        policy = validate_on_duplicate(on_duplicate, "ctx.start()")
+    definition, (payload, text), key, policy = checked(
+        workflow, input, key, on_duplicate, "ctx.start()"
+    )
     run: Run = ctx._run
     call_no = getattr(ctx, "_durable_start_calls", 0)
     ctx._durable_start_calls = call_no + 1
@@ -141,7 +137,7 @@ def start_from_step(
         recorded = run_state.recorded_start(state, call_key)
         if recorded is not None:
             return uuid.UUID(recorded)
-        started = start_run(definition, payload, key, policy).run_id
+        started = start_run(definition, payload, key, policy, input_json=text).run_id
         store.save_owned_state(run, run_state.with_start(state, call_key, started))
     return started
 

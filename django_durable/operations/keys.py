@@ -9,8 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from django.core.exceptions import ValidationError
-
+from django_durable.exceptions import InvalidKey, InvalidKeyType
 from django_durable.models import ACTIVE_STATUSES, Status
 
 MAX_KEY_BYTES = 255
@@ -52,37 +51,44 @@ class Holder:
 
 
 def validate_key(key: object) -> str | None:
-    """Return the key, or raise ``ValidationError`` when it is not 1 to 255 bytes of text."""
+    """Return the key, or raise ``InvalidKey`` (a ``ValueError`` and a ``ValidationError``)
+    when it is not 1 to 255 bytes of text with something besides whitespace in it;
+    ``InvalidKeyType`` (a ``TypeError`` too) when it is not a ``str``."""
     if key is None:
         return None
     if not isinstance(key, str):
-        raise ValidationError(
-            "A key must be a string, got %(type)s.", code="key_type", params={"type": type(key)}
+        raise InvalidKeyType(
+            f"A key must be a string, got {type(key).__name__}.",
+            code="key_type",
+            params={"type": type(key)},
         )
     # Most keys are ASCII: their length is their size in UTF-8, and they hold no
     # surrogate (one scan in C instead of two encodings).
     is_ascii = key.isascii()
     size = len(key) if is_ascii else len(key.encode("utf-8", errors="surrogatepass"))
     if size == 0:
-        raise ValidationError(
+        raise InvalidKey(
             'A key must not be empty: "" is not "no key" (pass None for no key).',
             code="key_empty",
         )
+    if key.isspace():  # stops at the first character that is not whitespace
+        raise InvalidKey(
+            f"A key must not be only whitespace, got {key!r} (pass None for no key).",
+            code="key_blank",
+        )
     if size > MAX_KEY_BYTES:
-        raise ValidationError(
-            "A key must be at most %(max)d bytes of UTF-8, got %(size)d.",
+        raise InvalidKey(
+            f"A key must be at most {MAX_KEY_BYTES} bytes of UTF-8, got {size}.",
             code="key_too_long",
             params={"max": MAX_KEY_BYTES, "size": size},
         )
     if "\x00" in key:
-        raise ValidationError("A key must not contain NUL characters.", code="key_nul")
+        raise InvalidKey("A key must not contain NUL characters.", code="key_nul")
     if not is_ascii:
         try:
             key.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValidationError(
-                "A key must be valid Unicode text.", code="key_encoding"
-            ) from None
+            raise InvalidKey("A key must be valid Unicode text.", code="key_encoding") from None
     return key
 
 

@@ -24,6 +24,7 @@ from django_durable.models import (
 )
 from django_durable.operations import finish, inputs, keys, options
 from django_durable.operations.keys import Action
+from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import (
     OnDuplicate,
     Workflow,
@@ -103,6 +104,7 @@ def _set_debounced_due(run: Run | store.NewRun, workflow: type[Workflow], deadli
     run.timeout_at = due + workflow.timeout if workflow.timeout else None
 
 
+@sync_only("astart")
 def start(
     workflow: type[Workflow] | str,
     input: dict[str, Any] | None = None,
@@ -131,6 +133,7 @@ def start(
     ).run_id
 
 
+@sync_only("astart_detailed")
 def start_detailed(
     workflow: type[Workflow] | str,
     input: dict[str, Any] | None = None,
@@ -148,17 +151,18 @@ def start_detailed(
 
 
 def checked(
-    workflow: type[Workflow] | str, input: Any, key: Any, on_duplicate: Any
+    workflow: type[Workflow] | str, input: Any, key: Any, on_duplicate: Any, where: str = "start()"
 ) -> tuple[type[Workflow], tuple[dict, str], str | None, str | tuple[str, str]]:
     """The start's arguments checked, before anything is written: the definition, the
     input with its JSON text (what the start sends), the key and the duplicate policy
-    that applies."""
+    that applies. Every way in (``start``, ``start_many``, ``explain``, ``ctx.start``)
+    checks here, so each mistake raises the same exception (docs/keys.md)."""
     definition = registry.resolve(workflow)
     payload = inputs.validated_input(input)
     key = keys.validate_key(key)
     policy = definition.on_duplicate
     if on_duplicate is not None:
-        policy = validate_on_duplicate(on_duplicate, "start()")
+        policy = validate_on_duplicate(on_duplicate, where)
         if policy == "run_again" and definition.reuse == "never":
             raise ValueError(
                 f"on_duplicate='run_again' cannot be used with {definition.name}'s reuse='never'"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
+from django_durable.exceptions import UnknownWorkflow
 from django_durable.workflows.cron import check_cron, check_timezone
 from django_durable.workflows.durations import as_timedelta
 
@@ -265,14 +266,14 @@ class Registry:
         try:
             return self._by_name[name]
         except KeyError:
-            raise LookupError(f"no workflow is named {name!r}") from None
+            raise UnknownWorkflow(f"no workflow is named {name!r}") from None
 
     def resolve(self, workflow: type[Workflow] | str) -> type[Workflow]:
         if isinstance(workflow, str):
             return self.get(workflow)
         if isinstance(workflow, type) and issubclass(workflow, Workflow):
             if getattr(workflow, "_abstract", False):
-                raise LookupError(f"{workflow.__name__} is abstract and cannot be started")
+                raise UnknownWorkflow(f"{workflow.__name__} is abstract and cannot be started")
             return self.get(workflow.name)
         raise TypeError(f"workflow must be a Workflow subclass or its name, got {workflow!r}")
 
