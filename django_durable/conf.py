@@ -42,8 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE": timedelta(seconds=30),
     # Rows deleted per statement when pruning.
     "PRUNE_BATCH_SIZE": 1000,
-    # How often a worker prunes (None: only when durable_prune runs).
-    "PRUNE_INTERVAL": None,
+    # How often each worker prunes, while RUN_RETENTION or ACTIVITY_RETENTION is set
+    # (docs/pruning.md); None: never (only when durable_prune runs).
+    "PRUNE_INTERVAL": timedelta(hours=1),
     # The LISTEN/NOTIFY channel (PostgreSQL).
     "NOTIFY_CHANNEL": "django_durable",
     # The DATABASES alias workers LISTEN through, on a dedicated connection (it must

@@ -5,17 +5,22 @@
   same run, and the fence keeps the old worker from recording over the new one);
 - move on runs waiting behind a key whose holder finished (a crash can leave one);
 - fire due schedules;
-- prune every ``DURABLE["PRUNE_INTERVAL"]`` when it is set.
+- prune every ``DURABLE["PRUNE_INTERVAL"]`` (an hour unless set; ``None`` turns it
+  off) while a retention is set (``RUN_RETENTION`` or ``ACTIVITY_RETENTION``): at the
+  first round, then once per interval, on a thread of its own so that a long prune
+  (the first one over a large table) never holds up recovery and schedules. Several
+  workers prune one at a time (the store's advisory lock on PostgreSQL): one that
+  finds another pruning stops at once.
 
-On a thread of its own so that a slow prune never delays lease renewal.
+On a thread of its own so that a slow chore never delays lease renewal.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+import threading
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -49,11 +54,36 @@ def recover() -> store.Recovery:
     return recovery
 
 
+def prune_interval() -> timedelta | None:
+    """How often a worker prunes: ``DURABLE["PRUNE_INTERVAL"]`` while a retention is
+    set; None when it is set to None or nothing is kept for a limited time."""
+    interval = conf.get("PRUNE_INTERVAL")
+    if interval is None:
+        return None
+    if conf.get("RUN_RETENTION") is None and conf.get("ACTIVITY_RETENTION") is None:
+        return None
+    return interval
+
+
+def describe_pruning() -> str:
+    """The worker's start-up line says whether and how it prunes."""
+    interval = prune_interval()
+    if interval is None:
+        why = "PRUNE_INTERVAL is None" if conf.get("PRUNE_INTERVAL") is None else "no retention"
+        return f"no pruning ({why}; run durable_prune)"
+    runs = conf.get("RUN_RETENTION")
+    kept = f"runs kept {runs}" if runs is not None else "runs kept forever"
+    return f"pruning every {interval} ({kept})"
+
+
 class Maintenance:
     def __init__(self, worker: Worker):
         self.worker = worker
-        self.prune_interval: timedelta | None = conf.get("PRUNE_INTERVAL")
-        self._last_prune: float | None = None
+        self.prune_interval = prune_interval()
+        # When this worker prunes next (None: at its first round), and the thread of
+        # the prune under way (or the last one).
+        self.next_prune_at: datetime | None = None
+        self.pruning: threading.Thread | None = None
 
     def loop(self) -> None:
         try:
@@ -87,20 +117,29 @@ class Maintenance:
         )
         if self._chore("firing schedules", schedules.fire_due):
             self.worker.wake()
-        if self.prune_interval is not None and self._prune_due():
+        if self._prune_due():
+            self.pruning = threading.Thread(target=self._prune, name="durable-prune", daemon=True)
+            self.pruning.start()
+
+    def _prune_due(self) -> bool:
+        """Time to prune, and no prune of this worker still under way."""
+        if self.prune_interval is None:
+            return False
+        if self.pruning is not None and self.pruning.is_alive():
+            return False
+        at = store.now()
+        if self.next_prune_at is not None and at < self.next_prune_at:
+            return False
+        self.next_prune_at = at + self.prune_interval
+        return True
+
+    def _prune(self) -> None:
+        try:
             pruned = self._chore("pruning", prune.prune)
             if pruned:
                 logger.info("pruned %d finished run(s)", pruned)
-
-    def _prune_due(self) -> bool:
-        at = time.monotonic()
-        if (
-            self._last_prune is not None
-            and at - self._last_prune < self.prune_interval.total_seconds()
-        ):
-            return False
-        self._last_prune = at
-        return True
+        finally:
+            connections.close_all()  # this thread's own
 
     def _chore(self, what: str, chore: Callable):
         try:

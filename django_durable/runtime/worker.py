@@ -160,12 +160,13 @@ class Worker:
             )
             threads.append(self.notifier)
         logger.info(
-            "worker %s started: queues %s, concurrency %d, poll every %.2fs%s",
+            "worker %s started: queues %s, concurrency %d, poll every %.2fs%s; %s",
             self.worker_id,
             ",".join(self.queues) if self.queues else "(all)",
             self.concurrency,
             self.poll_interval,
             ", burst" if self.burst else "",
+            maintenance.describe_pruning(),
         )
         logger.info(
             "worker %s serves %d workflow(s): %s (runs of other workflows wait for a "
