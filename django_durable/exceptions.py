@@ -9,7 +9,11 @@ Those of them that are ours also derive from ``DurableError`` (docs/keys.md).
 
 import uuid
 
-from django.core.exceptions import SynchronousOnlyOperation, ValidationError
+from django.core.exceptions import (
+    ImproperlyConfigured,
+    SynchronousOnlyOperation,
+    ValidationError,
+)
 
 
 class DurableError(Exception):
@@ -46,6 +50,12 @@ class CalledFromAsync(DurableError, SynchronousOnlyOperation):
     """A synchronous call (``start()``...) made from async code, where Django refuses
     database work: the message names the ``a*`` twin to await instead (``astart()``).
     A subclass of Django's ``SynchronousOnlyOperation``."""
+
+
+class NotMigrated(DurableError, ImproperlyConfigured):
+    """django-durable's tables are missing or behind this version: ``python manage.py
+    migrate`` was not run. Raised by the public calls, and said by the worker, the
+    dashboard and ``manage.py durable``, instead of the database's "no such table"."""
 
 
 class KeyTaken(DurableError):

@@ -23,6 +23,8 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
 
+from django_durable.operations.calls import not_migrated
+
 REFRESH_SECONDS = 5
 CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="[^"]*"')
 FRAME_HEADERS = {
@@ -63,6 +65,10 @@ def guard(view, run_admin, *, perm: str = "view"):
         if not can(request, run_admin, perm):
             needed = f"django_durable.{perm}_run"
             return refused(request, run_admin, f"This needs the {needed} permission.")
+        if (problem := not_migrated()) is not None:  # a page that says so, not a 500
+            context = {**run_admin.admin_site.each_context(request), "title": "Run migrate"}
+            context["message"] = str(problem)
+            return render(request, "django_durable/not_migrated.html", context, status=503)
         return view(request, run_admin, *args, **kwargs)
 
     protected = site.admin_view(checked)

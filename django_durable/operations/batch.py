@@ -23,9 +23,9 @@ from django_durable import signals, store, telemetry
 from django_durable.exceptions import InvalidKey, KeyTaken
 from django_durable.models import Activity
 from django_durable.operations import inputs, keys
+from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartResult, checked, start_run
-from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = ["BATCH_SIZE", "start_many"]
@@ -51,7 +51,7 @@ def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
     return checked_items
 
 
-@sync_only("astart_many")
+@public_call("astart_many")
 def start_many(
     workflow: type[Workflow] | str,
     items: Iterable[tuple[dict[str, Any] | None, str | None]],

@@ -16,9 +16,9 @@ from typing import Any, Literal, NamedTuple
 from django_durable import store
 from django_durable.models import ACTIVE_STATUSES
 from django_durable.operations import keys
+from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartOutcome, checked
-from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import OnDuplicate, Workflow
 
 __all__ = ["Explanation", "explain"]
@@ -38,7 +38,7 @@ def _policy_name(policy: str | tuple[str, str]) -> str:
     return f"('send_event', {policy[1]!r})" if isinstance(policy, tuple) else repr(policy)
 
 
-@sync_only("aexplain")
+@public_call("aexplain")
 def explain(
     workflow: type[Workflow] | str,
     input: dict[str, Any] | None = None,

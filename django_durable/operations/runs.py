@@ -36,12 +36,12 @@ from django_durable.models import (
     Status,
 )
 from django_durable.operations import inputs, keys
+from django_durable.operations.calls import public_call
 from django_durable.operations.finish import (
     run_finished,
     workflow_class,
 )
 from django_durable.operations.start import MAX_CHANGES_OF_HANDS, start_run
-from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import Workflow, registry
 
 logger = logging.getLogger("django_durable.operations.runs")
@@ -49,7 +49,7 @@ logger = logging.getLogger("django_durable.operations.runs")
 # --- acting on runs -------------------------------------------------------------
 
 
-@sync_only("aget_run")
+@public_call("aget_run")
 def get_run(run_id: uuid.UUID | str) -> Run:
     """The run with ``run_id``; ``Run.DoesNotExist`` if there is none."""
     return Run.objects.get(id=run_id)
@@ -69,7 +69,7 @@ def list_executions(
     return runs.order_by("-created_at", "-id")
 
 
-@sync_only("aretry")
+@public_call("aretry")
 @store.retry_deadlocks
 def retry(run_id: uuid.UUID | str) -> uuid.UUID:
     """Resume a failed run at the step that failed, taking its key back if it may.
@@ -117,7 +117,7 @@ def _retake_key(run: Run) -> None:
     raise KeyContended(f"key {run.key!r} of {run.workflow} changed hands during the retry")
 
 
-@sync_only("arerun")
+@public_call("arerun")
 def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
     """Start a fresh copy of a finished run: same workflow, input and key."""
     run = Run.objects.get(id=run_id)
@@ -127,7 +127,7 @@ def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
     return start_run(workflow, run.input, run.key, "error").run_id
 
 
-@sync_only("arelease_key")
+@public_call("arelease_key")
 @store.retry_deadlocks
 def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
     """Let a finished run's key go, so the next start may take it (even under ``never``).
@@ -159,7 +159,7 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
         )
 
 
-@sync_only("acancel")
+@public_call("acancel")
 @store.retry_deadlocks
 def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     """Cancel a run that is still going. A running step stops at its next heartbeat;
@@ -193,7 +193,7 @@ def cancel(run_id: uuid.UUID | str, reason: str | None = None) -> None:
     )
 
 
-@sync_only("asend_event")
+@public_call("asend_event")
 def send_event(
     run_id: uuid.UUID | str, name: str, payload: Any = None, buffer: bool = False
 ) -> None:
@@ -203,7 +203,7 @@ def send_event(
     _send(run_id, Event.Kind.EVENT, name, payload, keep=buffer)
 
 
-@sync_only("aprovide_input")
+@public_call("aprovide_input")
 def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
     """Give a run waiting in ``ctx.wait_for_input(name)`` its value.
 

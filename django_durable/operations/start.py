@@ -23,8 +23,8 @@ from django_durable.models import (
     Status,
 )
 from django_durable.operations import finish, inputs, keys, options
+from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
-from django_durable.operations.sync_only import sync_only
 from django_durable.workflows.definition import (
     OnDuplicate,
     Workflow,
@@ -104,7 +104,7 @@ def _set_debounced_due(run: Run | store.NewRun, workflow: type[Workflow], deadli
     run.timeout_at = due + workflow.timeout if workflow.timeout else None
 
 
-@sync_only("astart")
+@public_call("astart")
 def start(
     workflow: type[Workflow] | str,
     input: dict[str, Any] | None = None,
@@ -133,7 +133,7 @@ def start(
     ).run_id
 
 
-@sync_only("astart_detailed")
+@public_call("astart_detailed")
 def start_detailed(
     workflow: type[Workflow] | str,
     input: dict[str, Any] | None = None,

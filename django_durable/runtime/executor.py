@@ -38,7 +38,7 @@ from django_durable.exceptions import (
 )
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
-from django_durable.runtime import calling, compensation
+from django_durable.runtime import calling, compensation, telling
 from django_durable.runtime.errors import describe_error, is_connection_fault
 from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import StepDef, Workflow, registry
@@ -119,9 +119,6 @@ def execute(
             return executed + _timed_out(workflow, run)
         mismatch = definition_mismatch(workflow, run)
         if mismatch is not None:
-            logger.error(
-                "run %s (%s): %s", run.id, run.workflow, mismatch, extra=telemetry.log_fields(run)
-            )
             error = {"type": DefinitionChanged.__name__, "message": mismatch}
             return executed + _fail_outside_steps(run, error)
         step = workflow.steps[run.step_index]
@@ -361,28 +358,46 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
         return compensation.begin(
             workflow, run, to_undo, error, step_name=step.name, started_at=started_at
         )
+    attempt = run.attempt
     try:
         store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
     except store.LeaseLost:
         return 0
     if retry_at is None:
-        logger.info(
-            "run %s (%s) failed at step %s",
+        # The traceback once per run, with the failure (the attempts before: at DEBUG).
+        run.failure_said = telling.step_failed(step.name, attempt, step.retries + 1, error)
+        logger.error(
+            "run %s (%s) %s",
             run.id,
             run.workflow,
-            step.name,
+            run.failure_said,
+            exc_info=exc,
             extra=telemetry.log_fields(run, step=step.name),
         )
         _finished(run)
     else:
+        when = "due now" if retry_at <= store.now() else f"at {retry_at.isoformat()}"
+        fields = telemetry.log_fields(run, step=step.name)
         logger.info(
-            "run %s (%s) step %s failed, attempt %d at %s",
+            "run %s (%s) step %r failed (attempt %d of %d): %s; attempt %d %s",
             run.id,
             run.workflow,
             step.name,
+            attempt,
+            step.retries + 1,
+            telling.error_said(error),
             run.attempt,
-            retry_at,
-            extra=telemetry.log_fields(run, step=step.name),
+            when,
+            extra=fields,
+        )
+        logger.debug(
+            "run %s (%s) step %r attempt %d traceback",
+            run.id,
+            run.workflow,
+            step.name,
+            attempt,
+            exc_info=exc,
+            extra=fields,
         )
     return 0
 
@@ -417,10 +432,16 @@ def _record_cancelled(run: Run, step_name: str, started_at) -> None:
 
 
 def _fail_outside_steps(run: Run, error: dict) -> int:
+    """Fail the run between steps (its timeout passed, its definition changed or
+    vanished), saying why."""
     try:
         store.record_run_failed(run, error)
     except store.LeaseLost:
         return 0
+    run.failure_said = f"failed: {telling.error_said(error)}"
+    logger.error(
+        "run %s (%s) %s", run.id, run.workflow, run.failure_said, extra=telemetry.log_fields(run)
+    )
     _finished(run)
     return 0
 

@@ -36,7 +36,8 @@ from django.db import DatabaseError, connections
 
 from django_durable import checks, conf, store, telemetry
 from django_durable.models import Run, Status
-from django_durable.runtime import executor, leases, maintenance, stopping
+from django_durable.operations import calls
+from django_durable.runtime import executor, leases, maintenance, stopping, telling
 from django_durable.runtime.notifier import Notifier
 from django_durable.runtime.recorder import Recorder
 from django_durable.workflows.definition import registry
@@ -130,7 +131,11 @@ class Worker:
     # --- public controls ---------------------------------------------------
 
     def run(self, *, install_signal_handlers: bool = True) -> int:
-        """Work until stopped; return the exit code (0 on a clean stop)."""
+        """Work until stopped; return the exit code (0 on a clean stop; 1 when the
+        database is not migrated, saying so)."""
+        if (problem := calls.not_migrated()) is not None:
+            logger.error("worker %s cannot start: %s", self.worker_id, problem)
+            return 1
         for warning in checks.worker_start_warnings(self.concurrency, store.db().vendor):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
@@ -168,13 +173,8 @@ class Worker:
             ", burst" if self.burst else "",
             maintenance.describe_pruning(),
         )
-        logger.info(
-            "worker %s serves %d workflow(s): %s (runs of other workflows wait for a "
-            "worker that has their code)",
-            self.worker_id,
-            len(self.workflows or ()),
-            ", ".join([*(self.workflows or ["(any)"]), *(p + "*" for p in self.prefixes)]),
-        )
+        served = None if self.workflows is None else (self.workflows, self.prefixes)
+        logger.info("worker %s %s", self.worker_id, telling.served(served, registry.all()))
         for thread in threads:
             thread.start()
         try:
@@ -274,7 +274,7 @@ class Worker:
                 elif self.burst and self._idle():
                     if self._recover_before_burst_exit():
                         continue
-                    logger.info("worker %s: nothing is due, stopping (burst)", self.worker_id)
+                    logger.info("worker %s: %s", self.worker_id, self._burst_left())
                     break
                 self._wait_for_wake(self._idle_timeout())
         except BaseException:
@@ -317,6 +317,13 @@ class Worker:
         except DatabaseError:
             store.reset_connection_after_error()
             return False
+
+    def _burst_left(self) -> str:
+        try:
+            return telling.burst_left(self)
+        except DatabaseError:
+            store.reset_connection_after_error()
+            return "nothing it may claim is due, stopping (burst)"
 
     def _idle_timeout(self) -> float:
         """Until the next timer is due, but no longer than the poll interval."""
@@ -412,15 +419,8 @@ class Worker:
         outcome = run.status
         if run.status in (Status.RUNNING, Status.COMPENSATING):
             outcome = self._give_up(held)
-        logger.info(
-            "run %s (%s) %s after %d step(s) in %.3fs",
-            run.id,
-            run.workflow,
-            outcome,
-            steps,
-            time.monotonic() - started,
-            extra=telemetry.log_fields(run),
-        )
+        said = telling.outcome(run, outcome, steps, time.monotonic() - started)
+        logger.info("run %s (%s) %s", run.id, run.workflow, said, extra=telemetry.log_fields(run))
 
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""

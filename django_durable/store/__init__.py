@@ -97,6 +97,7 @@ from django_durable.store.pruning import (
     prune_runs,
 )
 from django_durable.store.queues import (
+    due_now_by_workflow,
     paused_queues,
     queue_counts,
     set_paused,
@@ -196,6 +197,7 @@ __all__ = [
     "notify_runs_due",
     "now",
     "open_listener",
+    "due_now_by_workflow",
     "paused_queues",
     "prunable",
     "prune_activity",

@@ -18,7 +18,7 @@ from django.db.models import Count, Min, Q
 from django_durable.models import ACTIVE_STATUSES, CLAIMABLE_STATUSES, QueueState, Run, Status
 from django_durable.store.base import now
 
-__all__ = ["paused_queues", "queue_counts", "set_paused"]
+__all__ = ["due_now_by_workflow", "paused_queues", "queue_counts", "set_paused"]
 
 
 def set_paused(name: str, paused: bool) -> None:
@@ -50,3 +50,17 @@ def queue_counts(name: str | None = None) -> tuple[dict[str, dict[str, Any]], da
         )
     )
     return {row.pop("queue"): row for row in rows}, at
+
+
+def due_now_by_workflow() -> list[tuple[str, str, int]]:
+    """``(queue, workflow, runs)`` of the claimable runs due now, most first: what a
+    ``--burst`` worker that found nothing to claim reports it left (one aggregate,
+    read once, when it stops)."""
+    rows = (
+        Run.objects.filter(status__in=list(CLAIMABLE_STATUSES), due_at__lte=now())
+        .order_by()
+        .values("queue", "workflow")
+        .annotate(n=Count("id"))
+    )
+    found = [(row["queue"], row["workflow"], row["n"]) for row in rows]
+    return sorted(found, key=lambda row: (-row[2], row[0], row[1]))

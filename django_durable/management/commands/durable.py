@@ -3,7 +3,8 @@
 from django.core.management.base import BaseCommand
 
 from django_durable.cli import doctor, keys, queues, runs
-from django_durable.cli.base import UsageParser
+from django_durable.cli.base import UsageParser, refused
+from django_durable.operations.calls import not_migrated
 
 
 class Command(BaseCommand):
@@ -18,4 +19,7 @@ class Command(BaseCommand):
             group.add_parsers(commands)
 
     def handle(self, *args, **options):
+        # doctor reports unapplied migrations itself; every other command needs the tables.
+        if options["command"] != "doctor" and (problem := not_migrated()) is not None:
+            raise refused(str(problem))
         options["handler"](options, self.stdout, self.stderr)
