@@ -183,7 +183,7 @@ def test_a_run_whose_workflow_vanished_fails(define):
     registry.unregister("vanishing")
     assert drain() == 0
     run = durable.get_run(run_id)
-    assert (run.status, run.error["type"]) == (Status.FAILED, "LookupError")
+    assert (run.status, run.error["type"]) == (Status.FAILED, "UnknownWorkflow")  # a LookupError
 
 
 def test_drain_counts_steps_of_every_due_run_and_leaves_future_ones():

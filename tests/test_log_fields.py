@@ -78,7 +78,7 @@ def test_started_retried_and_failed_runs_are_logged_with_their_fields(define, re
 
     # The retry's record names the attempt to come, as its message does; the run is
     # no worker's any more (it waits for its next claim).
-    (retry,) = records(retry_id, "step wobble failed, attempt 2 at")
+    (retry,) = records(retry_id, "step 'wobble' failed (attempt 1 of 2): ValueError")
     assert fields(retry) == {
         "run_id": str(retry_id),
         "workflow": "logged_retry",
@@ -89,7 +89,11 @@ def test_started_retried_and_failed_runs_are_logged_with_their_fields(define, re
     }
     assert [r.attempt for r in records(retry_id, "started")] == [1, 2]
 
-    (failed,) = records(fail_id, "failed at step work")
+    # The failure itself (at ERROR, with its traceback); the worker's line for the
+    # claim says it too, with the same fields.
+    failure = "failed in step 'work' (attempt 1 of 1): RuntimeError: asked to fail"
+    (failed,) = [r for r in records(fail_id, failure) if r.levelno == logging.ERROR]
+    assert failed.exc_info is not None
     assert fields(failed) == {
         "run_id": str(fail_id),
         "workflow": "logged_fail",
@@ -148,7 +152,7 @@ def test_drain_logs_with_the_fields_too(define, records):
     failing = define("drained_fail")
     run_id = durable.start(failing, {"fail": True}, key="drained:1")
     drain()
-    (failed,) = records(run_id, "failed at step work")
+    (failed,) = records(run_id, "failed in step 'work'")
     assert fields(failed)["workflow"] == "drained_fail"
     assert fields(failed)["key"] == "drained:1"
     assert fields(failed)["worker_id"].startswith("drain-")
@@ -197,7 +201,7 @@ def test_the_json_logging_example_of_the_docs_runs_in_a_durable_worker(tmp_path)
     assert any("worker json-worker started" in line["message"] for line in printed)
     lines = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert lines and all(line["run_id"] == str(run_id) for line in lines)
-    retry = next(line for line in lines if "failed, attempt 2" in line["message"])
+    retry = next(line for line in lines if "; attempt 2 " in line["message"])
     assert (retry["workflow"], retry["key"], retry["step"], retry["attempt"]) == (
         "flaky",
         "json:1",
