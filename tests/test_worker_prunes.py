@@ -118,7 +118,7 @@ def test_a_real_worker_prunes_with_the_default_settings(tmp_path):
         worker = pool.start("--worker-id", "pruner")
         wait_until(lambda: not Run.objects.filter(id=old).exists(), 60, "the worker's first prune")
         worker.wait_for_output("pruned 1 finished run(s)")
-        assert "pruning every 1:00:00" in worker.output()
+        assert "pruning every 1 hour (runs kept 30 days)" in worker.output()
         worker.send(signal.SIGTERM)
         assert worker.wait(60) == 0
     finally:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from django.core.exceptions import SynchronousOnlyOperation
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError, ProgrammingError
 
 from django_durable import store
 from django_durable.exceptions import CalledFromAsync, NotMigrated
@@ -50,6 +50,17 @@ def not_migrated(alias: str | None = None) -> NotMigrated | None:
     )
 
 
+def _names_the_schema(exc: DatabaseError) -> bool:
+    """A table, column or function the statement needs is missing: PostgreSQL's
+    undefined_table / undefined_column / undefined_function (a ``ProgrammingError``),
+    SQLite's "no such table" / "no such column" / "has no column named". Not a lost
+    connection: the migrations are not looked at then (that would connect again)."""
+    if isinstance(exc, ProgrammingError):
+        return True
+    text = str(exc)
+    return isinstance(exc, OperationalError) and ("no such" in text or "has no column" in text)
+
+
 def public_call(twin: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """A public call: name ``durable.<twin>`` when it is refused in async code, and
     ``migrate`` when it fails on a database that was not migrated."""
@@ -72,8 +83,7 @@ def public_call(twin: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
                     "same arguments."
                 ) from cause
             except DatabaseError as exc:
-                problem = not_migrated()
-                if problem is None:
+                if not _names_the_schema(exc) or (problem := not_migrated()) is None:
                     raise
                 raise problem from exc
 

@@ -72,8 +72,18 @@ def describe_pruning() -> str:
         why = "PRUNE_INTERVAL is None" if conf.get("PRUNE_INTERVAL") is None else "no retention"
         return f"no pruning ({why}; run durable_prune)"
     runs = conf.get("RUN_RETENTION")
-    kept = f"runs kept {runs}" if runs is not None else "runs kept forever"
-    return f"pruning every {interval} ({kept})"
+    kept = f"runs kept {_said(runs)}" if runs is not None else "runs kept forever"
+    return f"pruning every {_said(interval)} ({kept})"
+
+
+def _said(span: timedelta) -> str:
+    """``30 days``, ``1 hour``, ``15 minutes``; anything else as ``timedelta`` says it."""
+    seconds = span.total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return str(span)
 
 
 class Maintenance:
