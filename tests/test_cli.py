@@ -77,7 +77,7 @@ def test_inspect_shows_a_run_and_its_attempts():
 
 def test_inspect_of_a_missing_run_is_refused_and_a_bad_id_is_bad_usage():
     code, _, err = durable_cmd("inspect", str(uuid.uuid4()))
-    assert code == 1 and "not found" in err
+    assert code == 1 and "no run " in err
     code, _, err = durable_cmd("inspect", "not-an-id")
     assert code == 2 and "invalid run id value" in err
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -15,13 +16,29 @@ from django.core.management.base import CommandParser, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 
 import django_durable as durable
+from django_durable.models import Run
 
 REFUSED = 1
 BAD_USAGE = 2
 
 
 class UsageParser(CommandParser):
-    """Subcommand parser: bad usage exits 2, also under ``call_command()``."""
+    """Subcommand parser: bad usage exits 2, also under ``call_command()``.
+
+    It also takes Django's own options (``--traceback``, ``--verbosity``...) after
+    the subcommand, as people type them (``durable list --traceback``): each is
+    absent unless given (``SUPPRESS``), so one given before the subcommand stays."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        django = self.add_argument_group("Django's options (also accepted before COMMAND)")
+        django.add_argument(
+            "-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=argparse.SUPPRESS
+        )
+        for name in ("--settings", "--pythonpath"):
+            django.add_argument(name, default=argparse.SUPPRESS)
+        for name in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
+            django.add_argument(name, action="store_true", default=argparse.SUPPRESS)
 
     def error(self, message):
         if self.called_from_command_line:
@@ -59,8 +76,9 @@ json_value.__name__ = "JSON"
 
 
 @contextmanager
-def answering() -> Iterator[None]:
-    """Turn the API's refusals into exit status 1 and its bad-input errors into 2."""
+def answering(run: uuid.UUID | None = None) -> Iterator[None]:
+    """Turn the API's refusals into exit status 1 and its bad-input errors into 2
+    (``run``: the run the command names, for "no run <id>")."""
     try:
         yield
     except durable.KeyTaken as exc:
@@ -68,6 +86,8 @@ def answering() -> Iterator[None]:
     except durable.DurableError as exc:
         raise refused(f"{type(exc).__name__}: {exc}") from exc
     except ObjectDoesNotExist as exc:
+        if run is not None and isinstance(exc, Run.DoesNotExist):
+            raise refused(f"no run {run}") from exc
         raise refused(f"not found: {exc}") from exc
     except (TypeError, ValueError, LookupError) as exc:
         raise bad_usage(str(exc)) from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import django_durable as durable
 from django_durable import query
 from django_durable import stats as key_stats
-from django_durable.cli.base import answering, emit_json, json_value, pairs, table
+from django_durable.cli.base import answering, cell, emit_json, json_value, pairs, table
 
 
 def add_parsers(commands) -> None:
@@ -32,10 +32,47 @@ def explain(options, out, err) -> None:
             on_duplicate=options["on_duplicate"],
         )
     values = {"outcome": answer.outcome, "holder_id": answer.holder_id, "reason": answer.reason}
+    values.update(_what_becomes_of_the_input(answer, options["input"]))
     if options["json"]:
         emit_json(out, values)
     else:
         pairs(out, values)
+
+
+# Outcomes whose new input a new run, the holder or an event takes up.
+USES_THE_INPUT = {
+    "started": "a new run starts with it",
+    "handed_off": "a new run starts with it",
+    "cancel_existing": "a new run starts with it",
+    "debounced": "the holder is given it",
+    "run_again": "the run waiting behind the holder is given it",
+    "send_event": "it is the event's payload",
+}
+
+
+def _what_becomes_of_the_input(answer, given) -> dict:
+    """``input``: one sentence on what the start would do with its input; when the
+    holder answers instead and its input differs, ``dropped_input`` and
+    ``holder_input`` too (the Key view shows such a re-add as "dropped")."""
+    new = {} if given is None else given
+    if answer.outcome == "key_taken":
+        return {"input": "not used: the start raises KeyTaken"}
+    if answer.outcome in USES_THE_INPUT:
+        return {"input": f"used: {USES_THE_INPUT[answer.outcome]}"}
+    holder = durable.get_run(answer.holder_id).input
+    if holder == new:
+        return {"input": f"the same as holder {answer.holder_id}'s: nothing is lost"}
+    if isinstance(holder, dict) and isinstance(new, dict):
+        fields = sorted(k for k in holder.keys() | new.keys() if holder.get(k) != new.get(k))
+        differs = f" (differs in: {', '.join(fields)})"
+    else:
+        differs = ""
+    return {
+        "input": f"dropped: {cell(new)} is not used; holder {answer.holder_id} keeps its "
+        f"input {cell(holder)}{differs}",
+        "dropped_input": new,
+        "holder_input": holder,
+    }
 
 
 def stats(options, out, err) -> None:

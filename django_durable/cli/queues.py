@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import django_durable as durable
 from django_durable.cli.base import answering, emit_json, table
+from django_durable.workflows.definition import registry
 
 COLUMNS = ("queue", "paused", "pending", "due", "running", "waiting", "oldest_due_seconds")
 
@@ -22,9 +23,21 @@ def add_parsers(commands) -> None:
     p.set_defaults(handler=resume)
 
 
+# How many of the newest runs ``queues`` reads for queue names (one index read).
+RECENT_RUNS = 1000
+
+
 def queues(options, out, err) -> None:
+    """Every queue a person may look for: those with active runs, paused or
+    configured ones (``queue_stats``), those of the defined workflows and those
+    of the newest runs, finished or not."""
     with answering():
         rows = durable.queue_stats()
+        listed = {row["queue"] for row in rows}
+        recent = durable.list_executions().order_by("-created_at").values_list("queue", flat=True)
+        found = {w.queue for w in registry.all()} | set(recent[:RECENT_RUNS])
+        rows += [durable.queue_stats(name)[0] for name in found - listed]
+        rows.sort(key=lambda row: row["queue"])
     if options["json"]:
         emit_json(out, rows)
     elif rows:

@@ -3,13 +3,17 @@ send-event, provide-input."""
 
 from __future__ import annotations
 
+from django.core.management import CommandError
+
 import django_durable as durable
 from django_durable.cli.base import (
     answering,
     bad_usage,
+    cell,
     emit_json,
     json_value,
     pairs,
+    refused,
     run_id,
     table,
 )
@@ -95,7 +99,7 @@ def list_runs(options, out, err) -> None:
 
 
 def inspect(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         run = durable.get_run(options["run_id"])
     values = {name: getattr(run, name) for name in RUN_FIELDS}
     attempts = [
@@ -105,38 +109,57 @@ def inspect(options, out, err) -> None:
     if options["json"]:
         emit_json(out, values | {"attempts": attempts})
         return
+    traceback = None
+    if isinstance(run.error, dict):
+        # The error as a person reads it: its headline here, its traceback as lines below.
+        traceback = run.error.get("traceback")
+        rest = {k: v for k, v in run.error.items() if k not in ("type", "message", "traceback")}
+        headline = f"{run.error.get('type', 'Error')}: {run.error.get('message', '')}"
+        values["error"] = f"{headline} {cell(rest)}" if rest else headline
     pairs(out, values)
+    if traceback:
+        out.write("")
+        out.write(str(traceback).rstrip("\n"))
     if attempts:
         out.write("")
         table(out, attempts, ATTEMPT_FIELDS)
 
 
 def retry(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         resumed = durable.retry(options["run_id"])
     out.write(f"run {resumed} resumes")
 
 
 def rerun(options, out, err) -> None:
-    with answering():
-        new = durable.rerun(options["run_id"])
+    try:
+        with answering(options["run_id"]):
+            new = durable.rerun(options["run_id"])
+    except CommandError as exc:
+        taken = exc.__cause__
+        if isinstance(taken, durable.KeyTaken) and taken.holder_id is not None:
+            raise refused(
+                f"{exc} -- a rerun takes the same key: release it first with "
+                f"`durable release-key {taken.holder_id} --by WHO`"
+            ) from taken
+        raise
     out.write(f"new run {new}")
 
 
 def cancel(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         durable.cancel(options["run_id"], reason=options["reason"])
     out.write(f"run {options['run_id']} cancelled")
 
 
 def release_key(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         durable.release_key(options["run_id"], by=options["by"])
     out.write(f"the key of run {options['run_id']} is released")
 
 
 def send_event(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         durable.send_event(
             options["run_id"], options["name"], options["payload"], buffer=options["buffer"]
         )
@@ -144,6 +167,6 @@ def send_event(options, out, err) -> None:
 
 
 def provide_input(options, out, err) -> None:
-    with answering():
+    with answering(options["run_id"]):
         durable.provide_input(options["run_id"], options["name"], options["value"])
     out.write(f"input {options['name']!r} given to run {options['run_id']}")
