@@ -154,7 +154,7 @@ def workers() -> list[Finding]:
     return findings
 
 
-def _knows(worker: WorkerNode, workflow: str) -> bool:
+def knows(worker: WorkerNode, workflow: str) -> bool:
     """Whether ``worker`` has the code of ``workflow`` (``None``: it claims any)."""
     if worker.workflows is None:
         return True
@@ -162,6 +162,14 @@ def _knows(worker: WorkerNode, workflow: str) -> bool:
         workflow.startswith(known[:-1]) if known.endswith("*") else workflow == known
         for known in worker.workflows
     )
+
+
+def unknown_to_live_workers(workflow: str, queue: str, alive: list[WorkerNode]) -> bool:
+    """Whether live workers (of ``alive``) take ``queue`` and none of them knows
+    ``workflow``: its runs wait until a worker with its code starts (the dashboard's
+    banner; with no live worker of the queue at all, the workers check says so)."""
+    serving = [w for w in alive if _serves(w, queue)]
+    return bool(serving) and not any(knows(w, workflow) for w in serving)
 
 
 def workflows() -> list[Finding]:
@@ -188,7 +196,7 @@ def workflows() -> list[Finding]:
     )
     for row in due:
         serving = [w for w in alive if _serves(w, row["queue"])]
-        if not serving or any(_knows(w, row["workflow"]) for w in serving):
+        if not serving or any(knows(w, row["workflow"]) for w in serving):
             continue  # no worker of the queue at all: the workers check says so
         findings.append(
             Finding(

@@ -50,6 +50,7 @@ def overview(request, run_admin):
         "recent_runs": _listed(Run.objects.order_by("-created_at", "-id"), 10),
         "workflows": sorted(w.name for w in registry.all()),
         "unserved": workers.unserved_queues(),
+        "unknown": workers.unknown_workflows(),
     }
     _add_bars(context["key_stats"])
     return render_page(
@@ -224,6 +225,7 @@ def run(request, run_admin, run_id):
         "key_view": key_view,
         "children": children,
         "offers": actions.offers(found),
+        "unknown_workflow": workers.unknown_to_live_workers(found),
         "timeline": timeline.build(found, attempts, at),
         "graph": timeline.graph(step_names, attempts, children),
         "elapsed": timeline.human_duration(

@@ -1,5 +1,7 @@
 """The workers page: live worker processes, their queues and the runs they hold,
-and the overview's warning when a queue has due runs that no live worker takes.
+and the overview's warnings when a queue has due runs that no live worker takes,
+or pending runs of a workflow that no live worker knows (new workflow code that
+the workers have not loaded: they need a restart).
 
 A worker is live while its heartbeat is younger than the lease (after that its
 runs are recovered by the others). Every query reads an index: the runs held
@@ -15,6 +17,7 @@ from datetime import datetime
 from django.db.models import Count
 from django.utils.timezone import now
 
+from django_durable import health
 from django_durable.conf import durable_settings
 from django_durable.dashboard.site import render_page
 from django_durable.models import CLAIMABLE_STATUSES, Run, Status, WorkerNode
@@ -72,6 +75,51 @@ def unserved_queues() -> list[str]:
             queue=queue, status__in=CLAIMABLE_STATUSES, due_at__isnull=False, due_at__lte=at
         ).exists()
     )
+
+
+# Pending runs read per workflow no live worker knows (the banner says "1000+").
+COUNTED = 1000
+
+
+@dataclass
+class Unknown:
+    """Pending runs of a workflow that no live worker of their queue knows."""
+
+    workflow: str
+    runs: int
+    more: bool  # more than COUNTED
+    queues: list[str]
+
+
+def unknown_workflows() -> list[Unknown]:
+    """Workflows of this process (its registry) with pending runs that no live worker
+    of their queue knows. A few index reads per workflow that some live worker does
+    not know, none when every live worker knows every workflow."""
+    alive = health.live_workers()
+    if not alive or all(w.workflows is None for w in alive):
+        return []
+    found = []
+    for definition in sorted(registry.all(), key=lambda d: d.name):
+        if all(health.knows(w, definition.name) for w in alive):
+            continue
+        queues = list(
+            Run.objects.filter(workflow=definition.name, status=Status.PENDING)
+            .order_by()
+            .values_list("queue", flat=True)[: COUNTED + 1]
+        )
+        stuck = [q for q in queues if health.unknown_to_live_workers(definition.name, q, alive)]
+        if stuck:
+            n = min(len(stuck), COUNTED)
+            found.append(Unknown(definition.name, n, len(queues) > COUNTED, sorted(set(stuck))))
+    return found
+
+
+def unknown_to_live_workers(run: Run) -> bool:
+    """Whether ``run`` waits for a worker that knows its workflow (pending, and the
+    live workers of its queue do not know it)."""
+    if run.status != Status.PENDING:
+        return False
+    return health.unknown_to_live_workers(run.workflow, run.queue, health.live_workers())
 
 
 def workers_page(request, run_admin):
