@@ -22,6 +22,7 @@ from django_durable.dashboard import (
     counts,
     keystats,
     keyview,
+    natural,
     search,
     timeline,
     values,
@@ -126,7 +127,7 @@ def keys(request, run_admin):
     else:
         runs = filters.qs if filters.is_bound else query.keyed_runs()
     page = page_of(query.group_keys(runs), request)
-    page.items = query.describe_keys(page.items)
+    page.items = natural.sorted_keys(query.describe_keys(page.items))
     context = {"filters": filters, "page": page, "query_string": _query_without_page(request)}
     return render_page(
         request,
@@ -271,7 +272,7 @@ def workflow(request, run_admin, name):
     status_counts, counted = counts.status_counts(name)
     if definition is None and not any(n.value for _, n in status_counts):
         raise Http404(f"no workflow is named {name!r}")
-    key_rows = query.describe_keys(query.keys_queryset(name)[:20])
+    key_rows = natural.sorted_keys(query.describe_keys(query.keys_queryset(name)[:20]))
     context = {
         "name": name,
         "definition": definition,

@@ -21,6 +21,7 @@ from django_durable import health
 from django_durable.conf import durable_settings
 from django_durable.dashboard.site import render_page
 from django_durable.models import CLAIMABLE_STATUSES, Run, Status, WorkerNode
+from django_durable.store import WORKERS_KEPT
 from django_durable.workflows.definition import registry
 
 HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
@@ -33,6 +34,9 @@ class Node:
     live: bool
     held: int
     queues: list[str] = field(default_factory=list)  # empty: every queue
+    # live, stopping (finishing its steps), stopped (a clean stop) or gone (its
+    # heartbeat stopped: killed, crashed or cut off from the database).
+    state: str = "live"
 
 
 def live_since() -> datetime:
@@ -40,8 +44,14 @@ def live_since() -> datetime:
 
 
 def nodes() -> list[Node]:
+    """The workers that heartbeated within ``WORKERS_KEPT`` (a day), latest first:
+    live ones and those that stopped or vanished since."""
     since = live_since()
-    rows = list(WorkerNode.objects.order_by("-heartbeat_at")[:SHOWN])
+    stopped_since = now() - 2 * durable_settings()["HEARTBEAT_INTERVAL"]
+    kept = now() - WORKERS_KEPT
+    rows = list(
+        WorkerNode.objects.filter(heartbeat_at__gte=kept).order_by("-heartbeat_at")[:SHOWN]
+    )
     held = dict(
         Run.objects.filter(status__in=HELD_STATUSES, worker_id__in=[w.id for w in rows])
         .order_by()
@@ -50,9 +60,23 @@ def nodes() -> list[Node]:
         .values_list("worker_id", "n")
     )
     return [
-        Node(w, w.heartbeat_at >= since and not w.stopping, held.get(w.id, 0), list(w.queues or []))
+        Node(
+            w,
+            w.heartbeat_at >= since and not w.stopping,
+            held.get(w.id, 0),
+            list(w.queues or []),
+            _state(w, since, stopped_since),
+        )
         for w in rows
     ]
+
+
+def _state(worker: WorkerNode, live_since: datetime, stopped_since: datetime) -> str:
+    """A stopping worker heartbeats while it finishes its steps; one whose last
+    heartbeat is older than two heartbeats has stopped (its row stays for a day)."""
+    if worker.stopping:
+        return "stopping" if worker.heartbeat_at >= stopped_since else "stopped"
+    return "live" if worker.heartbeat_at >= live_since else "gone"
 
 
 def unserved_queues() -> list[str]:
@@ -127,6 +151,7 @@ def workers_page(request, run_admin):
         "nodes": nodes(),
         "unserved": unserved_queues(),
         "lease": durable_settings()["LEASE"],
+        "kept_hours": round(WORKERS_KEPT.total_seconds() / 3600),
     }
     return render_page(
         request,

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_durable.runtime.worker")
 
-# Worker rows silent for this many leases are deleted (their runs were recovered long ago).
-FORGET_AFTER_LEASES = 20
+# Worker rows silent this long are deleted (their runs were recovered long ago); until
+# then the Workers page shows them as stopped or gone.
+FORGET_AFTER = store.WORKERS_KEPT
 
 
 def recover() -> store.Recovery:
@@ -121,9 +122,7 @@ class Maintenance:
         self._chore("moving on runs waiting behind finished holders", finish.sweep_waiting)
         self._chore(
             "forgetting dead workers",
-            lambda: store.forget_dead_workers(
-                store.now() - self.worker.lease * FORGET_AFTER_LEASES
-            ),
+            lambda: store.forget_dead_workers(store.now() - FORGET_AFTER),
         )
         if self._chore("firing schedules", schedules.fire_due):
             self.worker.wake()

@@ -140,6 +140,7 @@ from django_durable.store.timers import (
     advance_timers,
 )
 from django_durable.store.workers import (
+    WORKERS_KEPT,
     Listener,
     forget_dead_workers,
     notify_runs_due,
@@ -236,6 +237,7 @@ __all__ = [
     "take_key",
     "take_key_and_run",
     "unregister_worker",
+    "WORKERS_KEPT",
     "update_pending_input",
     "update_waiting_input",
     "wait_behind",

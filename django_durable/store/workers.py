@@ -13,6 +13,7 @@ from django_durable.models import Run, Status, WorkerNode
 from django_durable.store.base import atomic, db, db_now, is_postgres, notify_due, now
 
 __all__ = [
+    "WORKERS_KEPT",
     "Listener",
     "forget_dead_workers",
     "notify_runs_due",
@@ -23,6 +24,10 @@ __all__ = [
     "unregister_worker",
     "worker_heartbeat",
 ]
+
+# A stopped or dead worker's row is kept this long after its last heartbeat (the
+# Workers page shows it as stopped or gone), then ``forget_dead_workers`` deletes it.
+WORKERS_KEPT = timedelta(hours=24)
 
 # --- worker ---------------------------------------------------------------------
 # Registration of worker processes, lease renewal for the runs a worker holds,
@@ -67,12 +72,16 @@ def worker_heartbeat(worker_id: str, *, stopping: bool) -> None:
 
 
 def unregister_worker(worker_id: str) -> None:
-    WorkerNode.objects.filter(id=worker_id).delete()
+    """A worker's clean stop: its row stays, marked stopping, its last heartbeat now
+    (the Workers page shows it as stopped until ``forget_dead_workers`` deletes it;
+    the same id may register again at once)."""
+    WorkerNode.objects.filter(id=worker_id).update(stopping=True, heartbeat_at=now())
 
 
 def forget_dead_workers(before: datetime) -> int:
-    """Delete worker rows that stopped heartbeating before ``before`` (their runs are
-    recovered through their leases, not through these rows)."""
+    """Delete worker rows, stopped or dead, whose last heartbeat is older than
+    ``before`` (their runs are recovered through their leases, not through these
+    rows)."""
     deleted, _ = WorkerNode.objects.filter(heartbeat_at__lt=before).delete()
     return deleted
 
