@@ -114,7 +114,7 @@ def test_a_schedules_next_fire_is_ahead(admin_client):
         next_fire_at=timezone.now() + timedelta(days=2, minutes=1)
     )
     rows = get(admin_client, "schedules").split("<tr")
-    (row,) = [text(r) for r in rows if "<td>nightly</td>" in r]
+    (row,) = [text(r) for r in rows if 'title="nightly">nightly</span>' in r]
     assert "in 2 days" in row and "ago" not in row
 
 

@@ -207,7 +207,8 @@ def test_workers_page_and_the_banner_for_a_queue_nobody_serves(admin_client):
         id="w1", hostname="box", pid=12, queues=["other"], concurrency=4, heartbeat_at=now()
     )
     html = get(admin_client, "workers")
-    assert 'title="w1">w1</code>' in html and "live" in html and 'title="other">other</code>' in html
+    assert 'title="w1">w1</code>' in html and "live" in html
+    assert 'title="other">other</code>' in html
     assert "no live worker takes it" in html
     WorkerNode.objects.create(id="w2", hostname="box", pid=13, queues=[], heartbeat_at=now())
     assert "no live worker" not in get(admin_client, "overview")

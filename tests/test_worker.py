@@ -143,7 +143,7 @@ def test_shutdown_hands_back_claimed_runs_and_unregisters():
     }
     assert all(r.due_at <= store.now() for r in runs)
     assert Run.objects.get(id=keyed).holds_key  # handing back never frees a key
-    assert not WorkerNode.objects.filter(id="leaving").exists()
+    assert WorkerNode.objects.get(id="leaving").stopping  # stopped, shown for a day
 
 
 @pytest.mark.django_db

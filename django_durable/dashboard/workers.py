@@ -49,9 +49,7 @@ def nodes() -> list[Node]:
     since = live_since()
     stopped_since = now() - 2 * durable_settings()["HEARTBEAT_INTERVAL"]
     kept = now() - WORKERS_KEPT
-    rows = list(
-        WorkerNode.objects.filter(heartbeat_at__gte=kept).order_by("-heartbeat_at")[:SHOWN]
-    )
+    rows = list(WorkerNode.objects.filter(heartbeat_at__gte=kept).order_by("-heartbeat_at")[:SHOWN])
     held = dict(
         Run.objects.filter(status__in=HELD_STATUSES, worker_id__in=[w.id for w in rows])
         .order_by()
