@@ -43,6 +43,7 @@ SORTS = {
 
 def overview(request, run_admin):
     status_counts, counted = counts.status_counts()
+    alive = workers.live_workers()
     context = {
         "status_counts": status_counts,
         "counted": counted,
@@ -50,8 +51,8 @@ def overview(request, run_admin):
         "activity": query.recent_activity(20),
         "recent_runs": _listed(Run.objects.order_by("-created_at", "-id"), 10),
         "workflows": sorted(w.name for w in registry.all()),
-        "unserved": workers.unserved_queues(),
-        "unknown": workers.unknown_workflows(),
+        "unserved": workers.unserved_queues(alive),
+        "unknown": workers.unknown_workflows(alive),
     }
     _add_bars(context["key_stats"])
     return render_page(

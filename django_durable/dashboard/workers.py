@@ -77,14 +77,14 @@ def _state(worker: WorkerNode, live_since: datetime, stopped_since: datetime) ->
     return "live" if worker.heartbeat_at >= live_since else "gone"
 
 
-def unserved_queues() -> list[str]:
+def live_workers() -> list[WorkerNode]:
+    """The live workers (at most SHOWN), for the overview's two banners (one query)."""
+    return list(WorkerNode.objects.filter(heartbeat_at__gte=live_since(), stopping=False)[:SHOWN])
+
+
+def unserved_queues(alive: list[WorkerNode] | None = None) -> list[str]:
     """Queues with a run due now and no live worker taking them."""
-    since = live_since()
-    live = list(
-        WorkerNode.objects.filter(heartbeat_at__gte=since, stopping=False).values_list(
-            "queues", flat=True
-        )[:SHOWN]
-    )
+    live = [w.queues for w in (live_workers() if alive is None else alive)]
     if any(not queues for queues in live):
         return []  # a worker of every queue is live
     served = {q for queues in live for q in queues}
@@ -113,11 +113,11 @@ class Unknown:
     queues: list[str]
 
 
-def unknown_workflows() -> list[Unknown]:
+def unknown_workflows(alive: list[WorkerNode] | None = None) -> list[Unknown]:
     """Workflows of this process (its registry) with pending runs that no live worker
     of their queue knows. A few index reads per workflow that some live worker does
     not know, none when every live worker knows every workflow."""
-    alive = health.live_workers()
+    alive = live_workers() if alive is None else alive
     if not alive or all(w.workflows is None for w in alive):
         return []
     found = []
@@ -141,7 +141,7 @@ def unknown_to_live_workers(run: Run) -> bool:
     live workers of its queue do not know it)."""
     if run.status != Status.PENDING:
         return False
-    return health.unknown_to_live_workers(run.workflow, run.queue, health.live_workers())
+    return health.unknown_to_live_workers(run.workflow, run.queue, live_workers())
 
 
 def workers_page(request, run_admin):
