@@ -143,6 +143,7 @@ def test_the_run_page_key_view_and_runs_list_fit_a_390px_phone(
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     page.goto(f"{base}/runs/{traffic['article']}/")
     page.screenshot(path=str(shots / "run-390.png"), full_page=True)
+    page.locator("#key-view").screenshot(path=str(shots / "key-view-390.png"))
     page.goto(f"{base}/runs/{traffic['failed']}/")
     # The error is the first thing under the tabs, above the fold.
     error = page.locator("#run-error").bounding_box()
