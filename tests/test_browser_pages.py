@@ -7,6 +7,7 @@ and events, schedules), refusals, and the timeline and flow graph
 screenshots (``DURABLE_SCREENSHOTS=docs/img`` writes them for the docs)."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -243,6 +244,13 @@ def test_answering_inputs_and_events_and_driving_schedules(
     drain()
     durable.schedule(SyncAccount, "0 3 * * *", key="nightly-sync", name="nightly")
     WorkerNode.objects.create(id="w1", hostname="box", pid=7, queues=[], heartbeat_at=now())
+    ago = now() - timedelta(hours=2)
+    WorkerNode.objects.create(
+        id="w0", hostname="box", pid=6, queues=[], heartbeat_at=ago, started_at=ago, stopping=True
+    )
+    WorkerNode.objects.create(
+        id="w-emails", hostname="box2", pid=9, queues=["emails"], heartbeat_at=ago, started_at=ago
+    )
     context, page = login(chromium, live_server, "staff")
 
     page.goto(f"{live_server.url}/admin/durable/inputs/")
@@ -274,6 +282,8 @@ def test_answering_inputs_and_events_and_driving_schedules(
 
     page.goto(f"{live_server.url}/admin/durable/workers/")
     assert page.locator("#workers-table", has_text="every queue").is_visible()
+    assert "shut down cleanly" in page.locator("#worker-w0").inner_text()
+    assert "stopped heartbeating" in page.locator("#worker-w-emails").inner_text()
     page.screenshot(path=str(shots / "workers.png"), full_page=True)
     context.close()
 

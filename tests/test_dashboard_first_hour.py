@@ -195,7 +195,7 @@ def test_a_worker_that_vanished_is_shown_as_gone_and_forgotten_after_a_day(admin
     html = get(admin_client, "workers")
     row = text(html.split('id="worker-vanished"')[1].split("</tr>")[0])
     assert "gone" in row and "stopped heartbeating" in row and "2 hours ago" in row
-    assert "the last 24 hours" in text(html)
+    assert "stay listed for 24 hours" in text(html)
     store.forget_dead_workers(store.now() - maintenance.FORGET_AFTER)
     assert set(WorkerNode.objects.values_list("id", flat=True)) == {"vanished"}
     assert maintenance.FORGET_AFTER == store.WORKERS_KEPT == timedelta(hours=24)
