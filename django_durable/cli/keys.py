@@ -59,7 +59,8 @@ def _what_becomes_of_the_input(answer, given) -> dict:
         return {"input": "not used: the start raises KeyTaken"}
     if answer.outcome in USES_THE_INPUT:
         return {"input": f"used: {USES_THE_INPUT[answer.outcome]}"}
-    holder = durable.get_run(answer.holder_id).input
+    with answering(answer.holder_id):  # (a holder pruned since: "no run <id>")
+        holder = durable.get_run(answer.holder_id).input
     if holder == new:
         return {"input": f"the same as holder {answer.holder_id}'s: nothing is lost"}
     if isinstance(holder, dict) and isinstance(new, dict):
