@@ -184,3 +184,27 @@ def test_the_release_key_button_is_styled_like_its_neighbours(
     assert abs(submit["middle"] - back["middle"]) <= 1, (submit, back)
     page.locator(".durable-confirm").screenshot(path=str(shots / "confirm-release-buttons.png"))
     context.close()
+
+
+def test_the_banner_for_runs_no_live_worker_knows(chromium, live_server, staff, shots):
+    WorkerNode.objects.create(
+        id="web-1-old-code",
+        hostname="web-1",
+        pid=4242,
+        queues=[],
+        workflows=["sync_account", "send_invoice"],
+        heartbeat_at=now(),
+    )
+    run_id = durable.start("process_article", {"id": 1}, key="article:1")
+    durable.start("process_article", {"id": 2}, key="article:2")
+    context, page = login(chromium, live_server, "staff", width=1280, height=900)
+    banner = page.locator("#unknown-workflows")
+    assert "process_article (2 pending runs)" in banner.inner_text()
+    assert "restart them" in banner.inner_text()
+    content, shown = page.locator("#content").bounding_box(), banner.bounding_box()
+    top = shown["y"] + shown["height"] + 12 - content["y"]
+    clip = {"x": content["x"], "y": content["y"], "width": content["width"], "height": top}
+    page.screenshot(path=str(shots / "unknown-workflow.png"), clip=clip)
+    page.goto(f"{live_server.url}/admin/durable/runs/{run_id}/")
+    assert "No live worker knows workflow process_article" in page.inner_text("#content")
+    context.close()

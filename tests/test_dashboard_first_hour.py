@@ -53,7 +53,7 @@ def test_the_overview_names_a_workflow_no_live_worker_knows_and_its_runs(admin_c
     html = get(admin_client, "overview")
     assert 'id="unknown-workflows"' in html
     banner = text(html[html.index('id="unknown-workflows"') :].split("</p>")[0])
-    assert "process_article" in banner and "3 pending runs" in banner
+    assert "process_article (3 pending runs)" in banner and "its runs stay pending" in banner
     assert "sync_account" not in banner
     assert "restart" in banner and "new workflow code" in banner
 
