@@ -144,3 +144,10 @@ def test_explain_says_which_input_would_be_dropped():
     code, out, _ = durable_cmd(*args, "--input", '{"plan": "pro"}', "--on-duplicate", "error")
     line = next(line for line in out.splitlines() if line.startswith("input"))
     assert "KeyTaken" in line and "not used" in line
+
+
+def test_an_unknown_workflow_or_a_bad_key_is_bad_usage_as_documented():
+    code, _, err = durable_cmd("explain", "no_such_workflow")
+    assert code == 2 and "no_such_workflow" in err
+    code, _, err = durable_cmd("explain", "sync_account", "--key", "   ")
+    assert code == 2 and "key" in err.lower()

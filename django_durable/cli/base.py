@@ -83,16 +83,16 @@ def answering(run: uuid.UUID | None = None) -> Iterator[None]:
         yield
     except durable.KeyTaken as exc:
         raise refused(f"{exc} (holder: {exc.holder_id})") from exc
+    except ValidationError as exc:  # (InvalidKey too: a DurableError and a ValueError)
+        raise bad_usage("; ".join(exc.messages)) from exc
+    except (TypeError, ValueError, LookupError) as exc:  # (UnknownWorkflow too)
+        raise bad_usage(str(exc)) from exc
     except durable.DurableError as exc:
         raise refused(f"{type(exc).__name__}: {exc}") from exc
     except ObjectDoesNotExist as exc:
         if run is not None and isinstance(exc, Run.DoesNotExist):
             raise refused(f"no run {run}") from exc
         raise refused(f"not found: {exc}") from exc
-    except (TypeError, ValueError, LookupError) as exc:
-        raise bad_usage(str(exc)) from exc
-    except ValidationError as exc:
-        raise bad_usage("; ".join(exc.messages)) from exc
 
 
 def emit_json(out: OutputWrapper, value: Any) -> None:
