@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
 from django_durable import store, telemetry
 from django_durable.models import Status
+from django_durable.runtime.errors import is_connection_fault
 
 if TYPE_CHECKING:
     from django_durable.runtime.worker import Worker
@@ -37,6 +39,11 @@ class Outage:
         self._failing: set[str] = set()
         self._ended = 0  # outages over so far
         self._local = threading.local()  # .ended: the outages this thread caught up with
+        self.back_at: float | None = None  # time.monotonic() when the last outage ended
+
+    def ended_within(self, seconds: float) -> bool:
+        """Did the last outage end less than ``seconds`` ago?"""
+        return self.back_at is not None and time.monotonic() - self.back_at < seconds
 
     def refresh(self) -> None:
         """Drop this thread's connections if an outage ended since it last looked."""
@@ -66,7 +73,9 @@ class Outage:
                 what,
                 exc,
             )
-        store.reset_connection_after_error()
+        # A session on a standby still answers (read-only errors): only a new one
+        # finds the primary.
+        store.reset_connection_after_error(drop=is_connection_fault(exc))
 
     def succeeded(self, what: str) -> None:
         if not self._failing:
@@ -77,6 +86,7 @@ class Outage:
             if back:
                 self._ended += 1
                 self._local.ended = self._ended  # this thread's session is a new one
+                self.back_at = time.monotonic()
         if back:
             logger.warning("worker %s: the database is back", self.worker_id)
 
@@ -92,6 +102,7 @@ def heartbeat_loop(worker: Worker, finished: threading.Event) -> None:
                 worker.outage.failed("the heartbeat", exc)
             else:
                 worker.outage.succeeded("the heartbeat")
+                worker.return_lost_runs()
     finally:
         connections.close_all()
 

@@ -125,13 +125,16 @@ def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
         notify_due(queue)
 
 
-def reset_connection_after_error() -> None:
+def reset_connection_after_error(*, drop: bool = False) -> None:
     """Drop this thread's connection if an error left it unusable (only after errors:
-    a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says)."""
+    a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says);
+    with ``drop``, even if it still answers: a session on a standby (a read-only
+    error) answers, and only a new connection finds the primary (libpq's multi-host
+    ``HOST`` with ``target_session_attrs=read-write``)."""
     connection = db()
     if connection.in_atomic_block or connection.connection is None:
         return  # no connection yet, or the caller's transaction decides
-    if not connection.is_usable():
+    if drop or not connection.is_usable():
         connection.close()  # the next query reconnects
 
 
