@@ -2,12 +2,13 @@
 
 Both clusters are made with Debian's ``pg_createcluster`` on free ports, never the
 shared server: the primary with ``synchronous_standby_names = '*'`` (a commit returns
-only once the standby has it: a committed start survives the failover), the standby from ``pg_basebackup -R`` (it streams from
-the primary). ``stop_primary`` stops the primary hard (``-m immediate``: a crash);
-``promote`` runs ``pg_ctl promote`` on the standby (through ``pg_ctlcluster``). Both
-are dropped at the end, whatever happened. Processes reach the pair through libpq's
-multi-host settings: ``HOST`` and ``PORT`` list both servers and
-``target_session_attrs=read-write`` picks the one that accepts writes.
+only once the standby has it: a committed start survives the failover), the standby
+from ``pg_basebackup -R`` (it streams from the primary). ``stop_primary`` stops the
+primary hard (``-m immediate``: a crash); ``promote`` runs ``pg_ctl promote`` on the
+standby (through ``pg_ctlcluster``). Both are dropped at the end, whatever happened.
+Processes reach the pair through libpq's multi-host settings: ``HOST`` and ``PORT``
+list both servers and ``target_session_attrs=read-write`` picks the one that accepts
+writes.
 """
 
 from __future__ import annotations

@@ -224,9 +224,19 @@ def _guarded(run: Run, fn: Callable[..., Any], *args: Any) -> None:
     other runs go on (in a slot, the worker logs it the same way)."""
     try:
         fn(*args)
-    except Exception:
-        logger.exception("run %s (%s): finishing it failed", run.id, run.workflow)
-        store.reset_connection_after_error()
+    except Exception as exc:
+        if not is_connection_fault(exc):
+            logger.exception("run %s (%s): finishing it failed", run.id, run.workflow)
+            store.reset_connection_after_error()
+            return
+        # Recorded, not finished: the maintenance's sweep moves its key on later.
+        logger.warning(
+            "run %s (%s): finishing it failed, the database is out of reach: %s",
+            run.id,
+            run.workflow,
+            exc,
+        )
+        store.reset_connection_after_error(drop=True)
 
 
 def record_last_step(last: LastStep) -> None:

@@ -418,6 +418,8 @@ class Worker:
                     "run %s (%s): executing it failed", run.id, run.workflow, extra=fields
                 )
                 store.reset_connection_after_error()
+        else:
+            self.outage.succeeded("executing a run")
         if not handed:  # else the recorder reports the outcome once it is written
             self._outcome(held, steps, started)
 
