@@ -171,6 +171,26 @@ class StandbyPair:
         assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stderr}"
         return done.stdout
 
+    def probe(self, *args: str, hosts: str = "both") -> dict:
+        """``python -m tests.cluster_probe *args`` through ``hosts``: its last line, as JSON."""
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.cluster_probe", *args],
+            cwd=ROOT,
+            env=self.env(hosts=hosts),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stderr}"
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def count(self, port: int, sql: str) -> int | None:
+        """One number read from the server at ``port``; None while it is out of reach."""
+        try:
+            return int(psql(port, sql, self.database))
+        except AssertionError:
+            return None
+
 
 @contextmanager
 def standby_pair(purpose: str) -> Iterator[StandbyPair]:
