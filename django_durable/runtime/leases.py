@@ -39,14 +39,16 @@ class Outage:
         self._failing: set[str] = set()
         self._ended = 0  # outages over so far
         self._local = threading.local()  # .ended: the outages this thread caught up with
-        self._down = False  # a connection fault was reported and the outage is not over
         self.back_at: float | None = None  # time.monotonic() when the last outage ended
 
-    def ended_within(self, seconds: float) -> bool:
-        """Is the database out of reach (a connection fault), or did it come back less
-        than ``seconds`` ago?"""
-        if self._down:
-            return True
+    def holds_back(self, what: str, seconds: float) -> bool:
+        """Should ``what`` wait: something else is failing (the database is out of
+        reach; ``what`` is then no longer retried), or the last outage ended less than
+        ``seconds`` ago? The maintenance asks it before recovering expired leases."""
+        with self._lock:
+            if self._failing - {what}:
+                self._failing.discard(what)
+                return True
         return self.back_at is not None and time.monotonic() - self.back_at < seconds
 
     def refresh(self) -> None:
@@ -65,12 +67,10 @@ class Outage:
     def failed(self, what: str, exc: BaseException) -> None:
         # A session from before the last outage's end failing is that outage, not a new one.
         stale = not self._caught_up()
-        fault = is_connection_fault(exc)
         with self._lock:
             first = not self._failing and not stale
             if not stale:
                 self._failing.add(what)
-                self._down = self._down or fault
         if first:
             logger.warning(
                 "worker %s: the database is out of reach (%s failed: %s); "
@@ -81,7 +81,7 @@ class Outage:
             )
         # A session on a standby still answers (read-only errors): only a new one
         # finds the primary.
-        store.reset_connection_after_error(drop=fault)
+        store.reset_connection_after_error(drop=is_connection_fault(exc))
 
     def succeeded(self, what: str) -> None:
         if not self._failing:
@@ -93,7 +93,6 @@ class Outage:
                 self._ended += 1
                 self._local.ended = self._ended  # this thread's session is a new one
                 self.back_at = time.monotonic()
-                self._down = False
         if back:
             logger.warning("worker %s: the database is back", self.worker_id)
 

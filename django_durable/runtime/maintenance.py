@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_durable.runtime.worker")
 
+RECOVERING = "recovering expired leases"
 # Worker rows silent this long are deleted (their runs were recovered long ago); until
 # then the Workers page shows them as stopped or gone.
 FORGET_AFTER = store.WORKERS_KEPT
@@ -115,8 +116,8 @@ class Maintenance:
         # After an outage every live worker renews its leases and hands back what it
         # lost at its first statements; the leases that ran out meanwhile are the
         # outage's, not lost workers': recover only once a lease has passed since.
-        if not self.worker.outage.ended_within(self.worker.lease.total_seconds()):
-            recovery = self._chore("recovering expired leases", recover)
+        if not self.worker.outage.holds_back(RECOVERING, self.worker.lease.total_seconds()):
+            recovery = self._chore(RECOVERING, recover)
         if recovery and recovery.resumed:
             recovered = recovery.resumed
             logger.warning(
