@@ -18,10 +18,11 @@ import sys
 import time
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, connections, transaction
 
 import django_durable as durable
 from django_durable.models import Run, Status, StepAttempt
+from django_durable.runtime.errors import is_connection_fault
 from tests import own_cluster, standby_pair
 from tests.worker_processes import ROOT, WorkerPool, WorkerProcess, wait_until
 
@@ -40,6 +41,48 @@ def quiet(log: str) -> None:
     """No ERROR, no traceback, no run left to its lease in a worker's log."""
     for bad in (" ERROR ", "Traceback", "left to lease expiry", "stopped heartbeating"):
         assert bad not in log, f"{bad!r} in the worker's log:\n{log}"
+
+
+# --- what a connection fault is ---------------------------------------------------
+
+
+def raised(sql: str, using=None) -> DatabaseError:
+    try:
+        with (using or connection).cursor() as cursor:
+            cursor.execute(sql)
+    except DatabaseError as exc:
+        return exc
+    raise AssertionError(f"{sql} raised nothing")
+
+
+def test_a_read_only_error_is_a_connection_fault_and_a_steps_own_error_is_not():
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION READ ONLY")
+        read_only = raised("CREATE TEMPORARY TABLE t (n int)")
+        assert read_only.__cause__.sqlstate == "25006"
+        assert "read-only transaction" in str(read_only)
+        assert is_connection_fault(read_only)
+        transaction.set_rollback(True)
+    assert not is_connection_fault(raised("SELECT 1 / 0"))
+    assert not is_connection_fault(raised("SELECT * FROM no_such_table"))
+    assert not is_connection_fault(raised("SELECT 'x'::int"))
+
+
+def test_a_terminated_session_and_a_closed_connection_are_connection_faults():
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        terminated = raised("SELECT 1", other)
+        assert is_connection_fault(terminated)  # 57P01, or the closed socket
+        other.connection.close()
+        assert is_connection_fault(raised("SELECT 1", other))  # the connection is closed
+    finally:
+        other.close()
 
 
 # --- a. failover ----------------------------------------------------------------
