@@ -16,7 +16,9 @@ import time
 from collections import Counter
 
 
-def start(runs: int, pause: float, gap: float = 0.0, retry_for: float = 0.0) -> dict:
+def start(
+    runs: int, pause: float, gap: float = 0.0, retry_for: float = 0.0, first: int = 0
+) -> dict:
     """Keyed starts; with ``retry_for``, a start that raised is made again with the same
     key (as a web process retries a request through a failover) until it succeeds or
     ``retry_for`` seconds passed: the key makes the retry safe whether or not the first
@@ -26,7 +28,7 @@ def start(runs: int, pause: float, gap: float = 0.0, retry_for: float = 0.0) -> 
     import django_durable as durable
 
     errors, started, retried = [], 0, 0
-    for n in range(runs):
+    for n in range(first, first + runs):
         give_up_at = time.monotonic() + retry_for
         while True:
             try:
@@ -43,7 +45,8 @@ def start(runs: int, pause: float, gap: float = 0.0, retry_for: float = 0.0) -> 
                 break
         if gap:
             time.sleep(gap)
-    return {"started": started, "errors": errors, "retried": retried}
+    outcome = {"started": started, "errors": errors}
+    return {**outcome, "retried": retried} if retry_for else outcome
 
 
 def report() -> dict:
@@ -96,13 +99,14 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--gap", type=float, default=0.0)
     parser.add_argument("--retry-for", type=float, default=0.0)
+    parser.add_argument("--first", type=int, default=0, help="the number of the first key")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
 
     django.setup()
     if args.what == "start":
-        result = start(args.runs, args.pause, args.gap, args.retry_for)
+        result = start(args.runs, args.pause, args.gap, args.retry_for, args.first)
     else:
         result = report()
     json.dump(result, sys.stdout)
