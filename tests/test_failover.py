@@ -23,6 +23,7 @@ from django.db import DatabaseError, connection, connections, transaction
 import django_durable as durable
 from django_durable.models import Run, Status, StepAttempt
 from django_durable.runtime.errors import is_connection_fault
+from django_durable.testing import drain
 from tests import own_cluster, standby_pair
 from tests.worker_processes import ROOT, WorkerPool, WorkerProcess, wait_until
 
@@ -83,6 +84,17 @@ def test_a_terminated_session_and_a_closed_connection_are_connection_faults():
         assert is_connection_fault(raised("SELECT 1", other))  # the connection is closed
     finally:
         other.close()
+
+
+def test_a_step_writing_to_a_read_only_database_of_its_own_fails_as_the_step():
+    run_id = durable.start("writes_to_a_read_only_database")
+    drain()
+    run = Run.objects.get(id=run_id)
+    # django-durable's own session writes: the refusal is the step's, not a failover.
+    assert run.status == Status.FAILED
+    assert "read-only transaction" in run.error["message"]
+    assert run.recoveries == 0
+    assert not StepAttempt.objects.filter(run_id=run_id, status="lost").exists()
 
 
 # --- a. failover ----------------------------------------------------------------

@@ -56,6 +56,11 @@ def _chain(exc: BaseException):
         exc = exc.__cause__ or exc.__context__
 
 
+def is_read_only(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) is PostgreSQL refusing a write (25006)."""
+    return any(getattr(error, "sqlstate", None) == "25006" for error in _chain(exc))
+
+
 def is_connection_fault(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) is psycopg saying the connection is gone
     or is not on a writable primary: any error of class 08, 57P01-57P03 or 25006, a

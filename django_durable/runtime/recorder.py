@@ -100,7 +100,7 @@ class Recorder:
             # the runs are still this worker's; ``after`` hands them back.
             if is_connection_fault(exc):
                 logger.warning(
-                    "recording %d completed run(s) failed, the database is out of reach: %s",
+                    "recording %d completed run(s) failed (the database connection was lost: %s)",
                     len(last_steps),
                     exc,
                 )

@@ -20,6 +20,7 @@ __all__ = [
     "open_listener",
     "register_worker",
     "renew_leases",
+    "refuses_writes",
     "reset_connection_after_error",
     "unregister_worker",
     "worker_heartbeat",
@@ -136,6 +137,19 @@ def reset_connection_after_error(*, drop: bool = False) -> None:
         return  # no connection yet, or the caller's transaction decides
     if drop or not connection.is_usable():
         connection.close()  # the next query reconnects
+
+
+# Whether this session may write: not a standby in recovery, not read-only by default.
+REFUSES_WRITES = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+
+
+def refuses_writes() -> bool:
+    """Does the database's session refuse writes (a standby, a read-only session)?
+    Asked after a step's own write was refused (SQLSTATE 25006), to tell a failover
+    from a step writing to a read-only database of its own (PostgreSQL only)."""
+    with db().cursor() as cursor:
+        cursor.execute(REFUSES_WRITES)
+        return bool(cursor.fetchone()[0])
 
 
 # Listen for the NOTIFYs of ``notify_due`` (PostgreSQL). The channel is quoted as an

@@ -8,13 +8,13 @@ often each step ran (repeats allowed: at-least-once per step is what is measured
 import os
 import time
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_durable import Workflow, step
 
 from .models import Execution
 
-__all__ = ["BusySteps", "LandsOnAStandby", "RestartSteps"]
+__all__ = ["BusySteps", "LandsOnAStandby", "RestartSteps", "WritesToAReadOnlyDatabase"]
 
 
 def ran(ctx, step_name: str) -> None:
@@ -90,3 +90,20 @@ class LandsOnAStandby(Workflow):
                 cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
         ran(ctx, "write")
         return ctx.attempt
+
+
+class WritesToAReadOnlyDatabase(Workflow):
+    """Its step writes through a connection of its own that refuses writes (a replica,
+    say) while django-durable's database accepts them: the step's own failure."""
+
+    name = "writes_to_a_read_only_database"
+
+    @step
+    def write(self, ctx):
+        own = connections.create_connection("default")
+        try:
+            with own.cursor() as cursor:
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                cursor.execute("CREATE TEMPORARY TABLE refused (n int)")
+        finally:
+            own.close()
