@@ -15,6 +15,9 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from django.db import DatabaseError
+
+from django_durable import store
 from django_durable.workflows.values import check_text
 
 # The end of a traceback is the part that says where it failed.
@@ -83,3 +86,18 @@ def is_connection_fault(exc: BaseException) -> bool:
         if "OperationalError" in names and sqlstate is None:
             return True
     return False
+
+
+def step_lost_its_connection(exc: BaseException) -> bool:
+    """Is what a step (or a compensation) raised a connection fault? A write refused
+    (25006) is one only if django-durable's own session refuses writes too (a
+    failover, a standby): a step that writes to a read-only database of its own fails
+    like any step."""
+    if not is_connection_fault(exc):
+        return False
+    if not is_read_only(exc):
+        return True
+    try:
+        return store.refuses_writes()
+    except DatabaseError:
+        return True  # the database is out of reach: the connection's fault either way

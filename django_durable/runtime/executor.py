@@ -41,7 +41,11 @@ from django_durable.exceptions import (
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
 from django_durable.runtime import calling, compensation, telling
-from django_durable.runtime.errors import describe_error, is_connection_fault, is_read_only
+from django_durable.runtime.errors import (
+    describe_error,
+    is_connection_fault,
+    step_lost_its_connection,
+)
 from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import StepDef, Workflow, registry
 from django_durable.workflows.values import check_json, check_size
@@ -169,7 +173,7 @@ def _attempt(
     except store.LeaseLost:
         return 0
     except BaseException as exc:
-        if _lost_in_step(exc):
+        if step_lost_its_connection(exc):
             return _connection_lost(run, step, exc)
         if not isinstance(exc, Exception) and should_stop is not None and should_stop():
             raise  # the worker is stopping: it hands the run back
@@ -303,20 +307,6 @@ def _unrecordable(workflow, run: Run, step: StepDef, started_at, exc: Exception)
     error = describe_error(exc)
     error["message"] = f"the outcome of step {step.name} could not be recorded: {error['message']}"
     return _failed(workflow, run, step, started_at, exc, error=error)
-
-
-def _lost_in_step(exc: BaseException) -> bool:
-    """Is what the step raised a connection fault? A write refused (25006) is one only
-    if the database's own session refuses writes too (a failover, a standby): a step
-    that writes to a read-only database of its own fails like any step."""
-    if not is_connection_fault(exc):
-        return False
-    if not is_read_only(exc):
-        return True
-    try:
-        return store.refuses_writes()
-    except DatabaseError:
-        return True  # the database is out of reach: the connection's fault either way
 
 
 def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
