@@ -116,8 +116,9 @@ class Run(models.Model):
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = CounterField(default=0)
-    # How often the run's worker was lost while it ran (its lease expired, its database
-    # connection dropped mid-step); past DURABLE["MAX_RECOVERIES"] the run fails.
+    # How often the run's worker was lost while it ran (its lease expired; a database
+    # connection dropped mid-step is not counted); past DURABLE["MAX_RECOVERIES"] the
+    # run fails.
     # Database defaults too: a process running the previous version inserts runs
     # without these columns during a rolling deploy.
     recoveries = CounterField(default=0, db_default=0)
