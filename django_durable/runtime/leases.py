@@ -37,17 +37,19 @@ class Outage:
         self.worker_id = worker_id
         self._lock = threading.Lock()
         self._failing: set[str] = set()
+        self._unreachable: set[str] = set()  # those of ``_failing`` that lost the database
         self._ended = 0  # outages over so far
         self._local = threading.local()  # .ended: the outages this thread caught up with
         self.back_at: float | None = None  # time.monotonic() when the last outage ended
 
     def holds_back(self, what: str, seconds: float) -> bool:
-        """Should ``what`` wait: something else is failing (the database is out of
-        reach; ``what`` is then no longer retried), or the last outage ended less than
+        """Should ``what`` wait: something else lost the database (a connection fault;
+        ``what`` is then no longer retried), or the last outage ended less than
         ``seconds`` ago? The maintenance asks it before recovering expired leases."""
         with self._lock:
-            if self._failing - {what}:
+            if self._unreachable - {what}:
                 self._failing.discard(what)
+                self._unreachable.discard(what)
                 return True
         return self.back_at is not None and time.monotonic() - self.back_at < seconds
 
@@ -67,10 +69,13 @@ class Outage:
     def failed(self, what: str, exc: BaseException) -> None:
         # A session from before the last outage's end failing is that outage, not a new one.
         stale = not self._caught_up()
+        fault = is_connection_fault(exc)
         with self._lock:
             first = not self._failing and not stale
             if not stale:
                 self._failing.add(what)
+                if fault:
+                    self._unreachable.add(what)
         if first:
             logger.warning(
                 "worker %s: the database is out of reach (%s failed: %s); "
@@ -81,13 +86,14 @@ class Outage:
             )
         # A session on a standby still answers (read-only errors): only a new one
         # finds the primary.
-        store.reset_connection_after_error(drop=is_connection_fault(exc))
+        store.reset_connection_after_error(drop=fault)
 
     def succeeded(self, what: str) -> None:
         if not self._failing:
             return
         with self._lock:
             self._failing.discard(what)
+            self._unreachable.discard(what)
             back = not self._failing
             if back:
                 self._ended += 1
