@@ -23,6 +23,8 @@ from django.db import DatabaseError, connection, connections, transaction
 import django_durable as durable
 from django_durable.models import Run, Status, StepAttempt
 from django_durable.runtime.errors import is_connection_fault
+from django_durable.runtime.leases import Outage
+from django_durable.runtime.maintenance import RECOVERING
 from django_durable.testing import drain
 from tests import own_cluster, standby_pair
 from tests.worker_processes import ROOT, WorkerPool, WorkerProcess, wait_until
@@ -71,6 +73,18 @@ def test_a_read_only_error_is_a_connection_fault_and_a_steps_own_error_is_not():
 
 
 def test_a_terminated_session_and_a_closed_connection_are_connection_faults():
+    assert is_connection_fault(terminated_session_error())  # 57P01, or the closed socket
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        other.connection.close()
+        assert is_connection_fault(raised("SELECT 1", other))  # the connection is closed
+    finally:
+        other.close()
+
+
+def terminated_session_error() -> DatabaseError:
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
@@ -78,12 +92,22 @@ def test_a_terminated_session_and_a_closed_connection_are_connection_faults():
             pid = cursor.fetchone()[0]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-        terminated = raised("SELECT 1", other)
-        assert is_connection_fault(terminated)  # 57P01, or the closed socket
-        other.connection.close()
-        assert is_connection_fault(raised("SELECT 1", other))  # the connection is closed
+        return raised("SELECT 1", other)
     finally:
         other.close()
+
+
+def test_recovery_waits_while_the_database_is_unreachable_and_a_lease_after_it():
+    outage = Outage("w")
+    outage.failed("claiming", terminated_session_error())
+    assert outage.holds_back(RECOVERING, 30)  # the database is out of reach
+    outage.succeeded("claiming")  # back
+    assert outage.holds_back(RECOVERING, 30)  # owners renew their leases first
+    assert not outage.holds_back(RECOVERING, 0)  # a lease later, lost workers' runs go
+    # A chore failing for another reason never holds recoveries back.
+    other = Outage("w2")
+    other.failed("firing schedules", raised("SELECT 1 / 0"))
+    assert not other.holds_back(RECOVERING, 30)
 
 
 def test_a_step_writing_to_a_read_only_database_of_its_own_fails_as_the_step():
