@@ -193,8 +193,9 @@ def test_a_primary_stopped_hard_and_its_standby_promoted_lose_and_stall_nothing(
     # have failed); every lost attempt is a hand-back by its live worker.
     assert report["recoveries"] == 0
     assert set(report["lost_kinds"]) <= {"ConnectionLost"}, report["lost_kinds"]
+    # At least once per step: every repeat of a step comes with a lost attempt of it.
     for repeat in report["repeats"]:
-        assert repeat["executions"] == 2 and repeat["lost_attempts"] >= 1, repeat
+        assert repeat["lost_attempts"] >= repeat["executions"] - 1, repeat
     print(
         f"\nworkers at work {back_after:.2f}s after the promote; {started['retried']} start "
         f"attempts retried through the failover; {report['lost_attempts']} runs handed back; "

@@ -39,7 +39,9 @@ class Outage:
         self._failing: set[str] = set()
         self._unreachable: set[str] = set()  # those of ``_failing`` that lost the database
         self._ended = 0  # outages over so far
-        self._local = threading.local()  # .ended: the outages this thread caught up with
+        self._began = 0  # outages begun so far (by a connection fault)
+        # .ended, .began: the outages this thread caught up with
+        self._local = threading.local()
         self.back_at: float | None = None  # time.monotonic() when the last outage ended
 
     def holds_back(self, what: str, seconds: float) -> bool:
@@ -54,8 +56,10 @@ class Outage:
         return self.back_at is not None and time.monotonic() - self.back_at < seconds
 
     def refresh(self) -> None:
-        """Drop this thread's connections if an outage ended since it last looked."""
-        if self._caught_up():
+        """Drop this thread's connections if an outage began or ended since it last
+        looked: a session opened before a failover leads to the old primary."""
+        began, self._local.began = getattr(self._local, "began", 0), self._began
+        if self._caught_up() and began == self._began:
             return
         for connection in connections.all(initialized_only=True):
             if not connection.in_atomic_block:
@@ -76,6 +80,9 @@ class Outage:
                 self._failing.add(what)
                 if fault:
                     self._unreachable.add(what)
+            if first and fault:
+                self._began += 1
+                self._local.began = self._began  # this thread drops its session below
         if first:
             logger.warning(
                 "worker %s: the database is out of reach (%s failed: %s); "
