@@ -46,6 +46,7 @@ except ImportError:  # Django 5.2: the backport package
         ) from exc
 
 import django_durable as durable
+from django_durable.tasks import framework  # noqa: F401
 from django_durable import exceptions
 from django_durable.workflows.definition import (
     REUSE_POLICIES,
