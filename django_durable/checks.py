@@ -1,6 +1,10 @@
 """System checks for the ``DURABLE`` setting and the databases it uses
 (ids ``django_durable.E001``...; warnings ``W001``...).
 
+``django_durable.E017`` (a ``DurableBackend`` in ``TASKS`` without the app in
+``INSTALLED_APPS``) is the Tasks backend's own check, ``DurableBackend.check()``: the
+framework runs it, and this module, imported only by the app, cannot.
+
 Some warnings depend on how ``durable_worker`` is started, which a system check
 cannot know: the check judges the default ``--concurrency`` and the worker logs
 the same warning at start for its real one (``worker_start_warnings``).

@@ -24,7 +24,6 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_durable.models import Run, WorkerNode
-from django_durable.tasks import TaskResultStatus
 from tests.testapp import framework_tasks as tasks
 from tests.worker_processes import ROOT, WorkerPool, wait_until
 

@@ -63,9 +63,7 @@ def what_it_sees(context):
         "attempt": context.attempt,
         "status": str(seen.status),
         "worker_ids": seen.worker_ids,
-        "last_attempted_at": seen.last_attempted_at.isoformat()
-        if seen.last_attempted_at
-        else None,
+        "last_attempted_at": seen.last_attempted_at.isoformat() if seen.last_attempted_at else None,
     }
 
 
