@@ -396,3 +396,27 @@ def test_a_task_path_that_does_not_import_raises_import_error():
     run = Run.objects.get(id=run_id)
     assert run.status == Status.FAILED
     assert "ImportError" in run.error["traceback"]
+
+
+def test_an_exception_class_of_the_projects_own_is_found_from_its_module():
+    result = tasks.declines.enqueue()
+    drain()
+    result.refresh()
+    assert result.errors[0].exception_class is tasks.PaymentDeclined
+
+
+def test_a_receiver_that_raises_is_logged_and_does_not_fail_the_task(caplog):
+    def broken(sender, task_result, **kwargs):
+        raise RuntimeError("the receiver is broken")
+
+    framework.task_finished.connect(broken, weak=False)
+    try:
+        result = tasks.meaning_of_life.enqueue()
+        with caplog.at_level(logging.ERROR, logger="django_durable.tasks"):
+            drain()
+    finally:
+        framework.task_finished.disconnect(broken)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 1
+    assert "a receiver of the task signal failed" in caplog.text
+    assert "the receiver is broken" in caplog.text

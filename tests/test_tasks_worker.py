@@ -137,7 +137,10 @@ def catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
-def test_sigterm_as_soon_as_the_command_catches_it_exits_cleanly(workers):
+@pytest.mark.parametrize("after", [0.0, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8])
+def test_sigterm_at_any_moment_after_the_command_catches_it_exits_cleanly(workers, after):
+    """From the moment the command catches SIGTERM (its first statement) through
+    checks, option parsing, connecting, registering and running: exit 0, no traceback."""
     worker = workers.start()
     wait_until(
         lambda: catches(worker.proc.pid, signal.SIGTERM) or worker.proc.poll() is not None,
@@ -145,6 +148,7 @@ def test_sigterm_as_soon_as_the_command_catches_it_exits_cleanly(workers):
         "the worker to catch SIGTERM",
         interval=0.001,
     )
+    time.sleep(after)
     worker.send(signal.SIGTERM)
     assert worker.wait(60) == 0, worker.output()
     assert "Traceback" not in worker.output()

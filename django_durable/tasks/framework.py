@@ -27,7 +27,7 @@ except ImportError:  # Django 5.2: the backport package
     except ImportError as exc:
         raise ImproperlyConfigured(
             "django_durable.tasks needs Django's Tasks framework: Django 6's django.tasks, "
-            "or on Django 5.2 the backport (pip install 'django-durable[tasks]')."
+            "or on Django 5.2 the backport (pip install 'django-durable-workflows[tasks]')."
         ) from exc
 
 __all__ = [

@@ -79,3 +79,12 @@ def holds_until_released():
     if not release.wait(60):
         raise TimeoutError("the test never released this task")
     return "released"
+
+
+class PaymentDeclined(Exception):
+    """An exception of the project's own, not a builtin."""
+
+
+@task
+def declines():
+    raise PaymentDeclined("card declined")
