@@ -10,6 +10,7 @@ The same tests run on Django 6 (django.tasks) and 5.2 (the django-tasks backport
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import uuid
@@ -420,3 +421,56 @@ def test_a_receiver_that_raises_is_logged_and_does_not_fail_the_task(caplog):
     assert result.status == TaskResultStatus.SUCCESSFUL and result.attempts == 1
     assert "a receiver of the task signal failed" in caplog.text
     assert "the receiver is broken" in caplog.text
+
+
+# --- the Task API through this backend (django-tasks' test_tasks.py) -------------------
+
+
+def test_arguments_that_are_not_json_are_refused_before_anything_is_written():
+    with pytest.raises(TypeError):
+        tasks.noop.enqueue(datetime.now())
+    with pytest.raises(TypeError):
+        async_to_sync(tasks.noop.aenqueue)(datetime.now())
+    assert not Run.objects.exists()
+
+
+def test_refresh_of_a_task_nobody_ran_changes_nothing():
+    result = tasks.noop.enqueue()
+    before = dataclasses.asdict(result)
+    result.refresh()
+    assert dataclasses.asdict(result) == before
+    async_to_sync(result.arefresh)()
+    assert dataclasses.asdict(result) == before
+
+
+def test_a_naive_run_after_is_refused():
+    with pytest.raises(framework.InvalidTask, match="run_after must be an aware datetime"):
+        tasks.noop.using(run_after=datetime.now())
+
+
+def test_priority_is_a_whole_number_from_minus_100_to_100():
+    for bad in (-101, 101, 3.1):
+        with pytest.raises(framework.InvalidTask, match="priority must be a whole number"):
+            tasks.noop.using(priority=bad)
+    for good in (-100, 0, 100):
+        result = tasks.noop.using(priority=good).enqueue()
+        assert durable.get_run(result.id).priority == good
+        assert backend().get_result(result.id).task.priority == good
+
+
+def test_get_result_through_another_task_is_a_mismatch():
+    result = tasks.noop_async.enqueue()
+    with pytest.raises(framework.TaskResultMismatch, match="Task does not match"):
+        tasks.noop.get_result(result.id)
+    with pytest.raises(framework.TaskResultMismatch, match="Task does not match"):
+        async_to_sync(tasks.noop.aget_result)(result.id)
+
+
+def test_only_module_level_functions_and_a_context_argument_make_tasks():
+    def inner():
+        return None
+
+    with pytest.raises(framework.InvalidTask, match="defined at a module level"):
+        framework.task()(inner)
+    with pytest.raises(framework.InvalidTask, match="first argument of 'context'"):
+        framework.task(takes_context=True)(tasks.meaning_of_life.func)

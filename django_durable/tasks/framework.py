@@ -4,15 +4,17 @@ the ``django-tasks`` backport (the same API under another package)."""
 from django.core.exceptions import ImproperlyConfigured
 
 try:
+    from django.tasks import task
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.checks import check_tasks
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
     LOGGER_NAME = "django.tasks"  # where the framework logs its task lines
 except ImportError:  # Django 5.2: the backport package
     try:
+        from django_tasks import task
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
 
@@ -20,7 +22,7 @@ except ImportError:  # Django 5.2: the backport package
         # "django_tasks" is not in INSTALLED_APPS (Django 6 registers it the same way).
         from django_tasks.checks import check_tasks
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
         from django_tasks.signals import task_enqueued, task_finished, task_started
 
         LOGGER_NAME = "django_tasks"
@@ -39,9 +41,11 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "check_tasks",
     "task_enqueued",
     "task_finished",
+    "task",
     "task_started",
 ]
