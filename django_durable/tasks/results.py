@@ -17,7 +17,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
-from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -107,8 +106,11 @@ def error_of(exc: BaseException) -> TaskError:
     )
 
 
-def _attempts(run: Run, status: TaskResultStatus) -> list[Attempt]:
-    """The run's attempts, oldest first; the one in progress last, while it runs."""
+def _attempts(run: Run, status: TaskResultStatus, begun: StepAttempt | None) -> list[Attempt]:
+    """The run's attempts, oldest first; the one in progress last, while it runs
+    (``begun``: its first record, just written by this process)."""
+    if begun is not None and run.attempt == 1 and not run.recoveries:
+        return [Attempt(begun.worker_id or "", begun.started_at, None)]  # the only one
     rows = run.attempts.filter(kind=STEP_KIND).order_by("id")
     finished: list[Attempt] = []
     begun: Attempt | None = None
@@ -130,10 +132,18 @@ def _attempts(run: Run, status: TaskResultStatus) -> list[Attempt]:
     return [*finished, begun]
 
 
-def result_of(backend_alias: str, task: Task, run: Run, *, fresh: bool = False) -> TaskResult:
-    """The task result of ``run`` (``fresh``: just started, it has no attempts yet)."""
+def result_of(
+    backend_alias: str,
+    task: Task,
+    run: Run,
+    *,
+    fresh: bool = False,
+    begun: StepAttempt | None = None,
+) -> TaskResult:
+    """The task result of ``run`` (``fresh``: just started, it has no attempts yet;
+    ``begun``: the first record of the attempt this process is running)."""
     status = task_status(run.status)
-    attempts = [] if fresh else _attempts(run, status)
+    attempts = [] if fresh else _attempts(run, status, begun)
     errors = [task_error(a.error) for a in attempts if a.error]
     if status == TaskResultStatus.FAILED and not errors and run.error:
         errors.append(task_error(run.error))  # cancelled, or failed outside its step
@@ -195,7 +205,7 @@ def begin_attempt(run: Run, step_name: str) -> StepAttempt:
         attempt=run.attempt,
         status=RUNNING,
         worker_id=run.worker_id,
-        started_at=Now(),  # the database's clock, as the attempt's final record
+        started_at=timezone.now(),
         finished_at=None,
     )
 

@@ -146,7 +146,7 @@ def _run_task(self, ctx):
     task = task_of_run(run)
     backend = task.get_backend()
     began = results.begin_attempt(run, STEP)
-    result = results.result_of(backend.alias, task, run)
+    result = results.result_of(backend.alias, task, run, begun=began)
     sender = type(backend)
     _send(task_started, sender, result)
     args, kwargs = run.input.get("args", []), run.input.get("kwargs", {})
