@@ -9,7 +9,7 @@ begins (``results.begin_attempt``).
 A worker that never imported a task's module finds its workflow through the
 registry's finder, which imports the module path in the name; a path that no longer
 imports raises ``TaskImportError`` (an ``ImportError``, as the framework's backends
-raise, and a ``LookupError``, as any unknown workflow name is in django-durable).
+raise, and an ``UnknownWorkflow``, as any unknown workflow name is in django-durable).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.module_loading import import_string
 
 import django_durable as durable
-from django_durable.exceptions import NonRetryable
+from django_durable.exceptions import NonRetryable, UnknownWorkflow
 from django_durable.tasks import results
 from django_durable.tasks.framework import (
     Task,
@@ -50,9 +50,11 @@ _workflows: dict[str, type[Workflow]] = {}
 _tasks: dict[str, Task] = {}
 
 
-class TaskImportError(ImportError, LookupError):
+class TaskImportError(UnknownWorkflow, ImportError):
     """The module path in a ``task:`` workflow's name does not import (the task was
-    renamed or removed since the run was enqueued)."""
+    renamed or removed since the run was enqueued): an ``UnknownWorkflow`` (so a
+    ``LookupError``) as any workflow nobody defines, and an ``ImportError`` as the
+    Tasks framework's backends raise."""
 
 
 def as_json(value: Any, what: str) -> Any:
