@@ -66,7 +66,12 @@ def check_settings(app_configs=None, **kwargs):
                 "DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005"
             )
         )
-    for name, least in (("MAX_RECOVERIES", 0), ("MAX_VALUE_BYTES", 1), ("COMPLETION_BATCH", 1)):
+    for name, least in (
+        ("MAX_RECOVERIES", 0),
+        ("MAX_VALUE_BYTES", 1),
+        ("COMPLETION_BATCH", 1),
+        ("MAX_FOLDED_INPUTS", 1),
+    ):
         value = values[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             errors.append(

@@ -133,6 +133,16 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    # Replay and repair (docs/replay-and-repair.md). A rerun records the run
+    # ``rerun()`` was called with (an id, not a foreign key: it stays after the
+    # original is pruned) and the step it began at (NULL: from the first step).
+    rerun_of_id = models.UUIDField(null=True, blank=True)
+    rerun_from_step = models.CharField(max_length=200, null=True, blank=True)
+    # The inputs folded into the run by debounce or run_again, oldest first, the
+    # run's own first input among them, at most DURABLE["MAX_FOLDED_INPUTS"] (the
+    # newest). NULL: nothing was folded, ``ctx.inputs`` is ``[input]``.
+    inputs = models.JSONField(null=True, blank=True)
+
     objects = DurableManager()
 
     # Not a column: the log records of the step attempt about to be recorded, set
@@ -236,6 +246,12 @@ class Run(models.Model):
                 fields=["id"],
                 condition=Q(status=Status.WAITING, waiting_for="children"),
                 name="durable_run_waiting_parents",
+            ),
+            # A run's reruns (the run page, ``durable rerun --query`` run twice).
+            models.Index(
+                fields=["rerun_of_id"],
+                condition=Q(rerun_of_id__isnull=False),
+                name="durable_run_rerun_of",
             ),
             # Pruning: finished runs by age.
             models.Index(

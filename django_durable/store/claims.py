@@ -168,7 +168,8 @@ CLAIM = """
 SELECT id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at
+    recoveries, step_names, trace_context, created_at, started_at, finished_at,
+    rerun_of_id, rerun_from_step, inputs
 FROM durable_claim(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
     %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval
@@ -319,6 +320,9 @@ CLAIMED_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "rerun_of_id",
+    "rerun_from_step",
+    "inputs",
 )
 
 

@@ -73,6 +73,9 @@ RUN_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "rerun_of_id",
+    "rerun_from_step",
+    "inputs",
 )
 
 # Insert a run unless its key is taken (PostgreSQL and SQLite).
@@ -81,14 +84,15 @@ INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at
+    recoveries, step_names, trace_context, created_at, started_at, finished_at,
+    rerun_of_id, rerun_from_step, inputs
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
     %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s
+    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -176,6 +180,9 @@ START_COLUMNS = {
 # is probed, the primary key's too, and a run id that was taken would be answered as
 # if its key were. A start never inserts a run waiting behind a holder (run_again
 # inserts those with INSERT_RUN), so durable_run_one_waiting_per_key never applies.
+# The columns of migration 0021 (rerun_of_id, rerun_from_step, inputs) are not named:
+# a start leaves them NULL, the column's default, and the function's text (installed
+# by 0013-0019) stays as it was. A rerun inserts with INSERT_RUN (operations.rerun).
 START_INSERT = """
 INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",

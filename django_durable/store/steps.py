@@ -347,7 +347,14 @@ def record_run_failed(run: Run, error: dict) -> None:
 
 @retry_deadlocks
 def record_suspended(
-    run: Run, step_name: str, started_at: datetime, context: dict, waits: list, wait
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    context: dict,
+    waits: list,
+    wait,
+    *,
+    partial: dict | None = None,
 ) -> None:
     """Suspend the run in a wait and free the worker.
 
@@ -355,6 +362,7 @@ def record_suspended(
     seen here (kept, then delivered at once) or finds the run waiting. Kept
     events answer the wait: the newest of each name it waits for (``wait_for_any``:
     the newest of them all). When they are all it needs, the run is due at once.
+    ``partial``: what the step changed in the context so far (``state.partial_changes``).
     """
     at = now()
     with atomic():
@@ -365,6 +373,8 @@ def record_suspended(
         state = run_state.suspended(
             locked.state, waits, wait, {slot: e.payload for slot, e in kept.items()}, at
         )
+        if partial is not None:
+            state = run_state.with_partial(state, partial)
         if kept:
             # Events sent before the run waited for them: delivered now.
             Event.objects.filter(id__in=[e.id for e in kept.values()]).update(delivered_at=at)
