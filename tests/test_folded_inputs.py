@@ -7,7 +7,7 @@ import django_durable as durable
 from django_durable import step
 from django_durable.models import Status
 from django_durable.testing import drain
-from tests.helpers import define, fresh  # noqa: F401 (fixture)
+from tests.helpers import fresh
 
 pytestmark = pytest.mark.django_db
 
