@@ -327,3 +327,18 @@ def worker_start_warnings(concurrency: int, vendor: str) -> list[Warning]:
         *sqlite_concurrency_warning(concurrency, vendor),
         *pool_size_warnings(concurrency, settings.DATABASES),
     ]
+
+
+@register(Tags.compatibility)
+def check_workflow_retention(app_configs=None, **kwargs):
+    """``Workflow.retention`` of every registered workflow (it is checked when the class
+    is defined too; this sees a value set on the class afterwards)."""
+    from django_durable.workflows.definition import registry
+    from django_durable.workflows.retention import retention_problem
+
+    errors = []
+    for workflow in registry.all():
+        problem = retention_problem(getattr(workflow, "retention", None))
+        if problem is not None:
+            errors.append(Error(f"workflow {workflow.name}: {problem}", id="django_durable.E030"))
+    return errors
