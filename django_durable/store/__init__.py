@@ -102,7 +102,7 @@ from django_durable.store.queues import (
     queue_counts,
     set_paused,
 )
-from django_durable.store.reruns import began_steps, make_rerun, reruns_of
+from django_durable.store.reruns import began_steps, make_rerun, rerun_already, reruns_of
 from django_durable.store.runs import (
     Recovery,
     current_status,
@@ -206,6 +206,7 @@ __all__ = [
     "prune_runs",
     "began_steps",
     "make_rerun",
+    "rerun_already",
     "reruns_of",
     "queue_counts",
     "queue_depths",

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 
 from django_durable.models import Run, StepAttempt
 
-__all__ = ["began_steps", "make_rerun", "reruns_of"]
+__all__ = ["began_steps", "make_rerun", "rerun_already", "reruns_of"]
 
 
 def make_rerun(
@@ -49,3 +49,17 @@ def reruns_of(run_ids: list[uuid.UUID], from_step: str | None = None) -> QuerySe
     if from_step is not None:
         runs = runs.filter(rerun_from_step=from_step)
     return runs.order_by("-created_at", "-id")
+
+
+def rerun_already(run_ids: list[uuid.UUID], from_step: str | None) -> dict[uuid.UUID, uuid.UUID]:
+    """Of these runs, those rerun from ``from_step`` already (None: from the first
+    step), each with its newest such rerun; one statement."""
+    runs = Run.objects.filter(rerun_of_id__in=run_ids)
+    if from_step is None:
+        runs = runs.filter(rerun_from_step__isnull=True)
+    else:
+        runs = runs.filter(rerun_from_step=from_step)
+    found: dict[uuid.UUID, uuid.UUID] = {}
+    for original, rerun in runs.order_by("created_at", "id").values_list("rerun_of_id", "id"):
+        found[original] = rerun  # the newest last
+    return found
