@@ -77,9 +77,16 @@ def retention_rows(workflow) -> list[tuple[str, str | None, bool]]:
     """The workflow page's retention: (status, how long as words or None for "until
     pruned by hand", whether the workflow names the status)."""
     return [
-        (status, human_duration(keep) if keep is not None else None, named)
+        (status, _kept(keep) if keep is not None else None, named)
         for status, keep, named in retention.kept_for(workflow)
     ]
+
+
+def _kept(keep) -> str:
+    """A retention in words: "7 days", "1 day", else as the run page says durations."""
+    if keep.days and not keep.seconds and not keep.microseconds:
+        return f"{keep.days} day{'s' if keep.days != 1 else ''}"
+    return human_duration(keep)
 
 
 def rerun_steps(run: Run) -> list[str]:
