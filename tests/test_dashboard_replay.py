@@ -98,8 +98,11 @@ def test_rerun_with_a_dropped_input(admin_client, define):
     new = Run.objects.get(rerun_of_id=run_id)
     assert response["Location"] == reverse("django_durable:run", args=[new.id])
     assert new.input == {"id": 42, "title": "last save"}
-    assert LogEntry.objects.filter(object_id=str(run_id)).get().get_change_message().startswith(
-        "Rerun with the input of re-add"
+    assert (
+        LogEntry.objects.filter(object_id=str(run_id))
+        .get()
+        .get_change_message()
+        .startswith("Rerun with the input of re-add")
     )
 
 
@@ -113,7 +116,7 @@ def test_rerun_with_a_dropped_input_refused_by_the_key_rules_shows_why(admin_cli
 
 
 def test_rerun_with_input_of_another_key_is_404(admin_client):
-    run_id = durable.start(ProcessArticle, {"id": 1}, key="article:1")
+    durable.start(ProcessArticle, {"id": 1}, key="article:1")
     durable.start(ProcessArticle, {"id": 1, "t": 2}, key="article:1")
     other = durable.start(ProcessArticle, {"id": 2}, key="article:2")
     from django_durable import activity

@@ -119,7 +119,7 @@ def _log(user, original: Run, new_id: uuid.UUID, what: str, reason: str | None) 
 
 
 def rerun_from_step(request, run_admin, run_id):
-    """"Rerun from step…": a choice of the run's steps, then the rerun."""
+    """ "Rerun from step…": a choice of the run's steps, then the rerun."""
     run = _run_or_404(run_id)
     run_url = reverse("django_durable:run", args=[run.id])
     steps = rerun_steps(run)
@@ -168,7 +168,7 @@ def _dropped_input(run: Run, activity_id: int) -> dict:
 
 
 def rerun_with_input(request, run_admin, run_id, activity_id):
-    """"Rerun with this input": a rerun of the run with an input its key dropped."""
+    """ "Rerun with this input": a rerun of the run with an input its key dropped."""
     run = _run_or_404(run_id)
     run_url = reverse("django_durable:run", args=[run.id])
     payload = _dropped_input(run, activity_id)
