@@ -232,3 +232,39 @@ def test_arerun_takes_the_same_arguments(broken):
     run = fresh(new_id)
     assert run.rerun_from_step == "charge" and run.step_index == 1
     assert run.context == {"body": "article 1", "tries": []}
+
+
+COMPENSATED = []
+
+
+class Undone(Workflow):
+    """A compensation that changes the context: not in a rerun's context either."""
+
+    name = "replay_undone"
+
+    @step(compensate="unreserve")
+    def reserve(self, ctx):
+        ctx.put("reserved", 3)
+
+    @step
+    def charge(self, ctx):
+        ctx.put("charged", True)
+        raise durable.NonRetryable("card declined")
+
+    def unreserve(self, ctx):
+        COMPENSATED.append(ctx.run_id)
+        ctx.put("reserved", 0)
+        ctx.put("released", True)
+
+
+def test_what_a_compensation_changed_is_not_in_the_rerun_context():
+    run_id = durable.start(Undone, {})
+    drain(run_timers=True)
+    run = fresh(run_id)
+    assert run.status == Status.COMPENSATED
+    assert run.context == {"reserved": 0, "released": True}
+    new_id = durable.rerun(run_id, from_step="charge")
+    assert fresh(new_id).context == {"reserved": 3}
+    drain(run_timers=True)
+    # The rerun carries on the original's work: failing, it compensates step 1 too.
+    assert fresh(new_id).status == Status.COMPENSATED and COMPENSATED[-1] == new_id
