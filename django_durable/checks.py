@@ -17,6 +17,8 @@ from django.urls import NoReverseMatch, reverse
 
 from django_durable import conf
 from django_durable.conf import DEFAULTS, WORKER_CONCURRENCY
+from django_durable.workflows.definition import registry
+from django_durable.workflows.retention import retention_problem
 
 # psycopg_pool's ConnectionPool: min_size 4, and max_size defaults to min_size.
 PSYCOPG_POOL_MIN_SIZE = 4
@@ -333,9 +335,6 @@ def worker_start_warnings(concurrency: int, vendor: str) -> list[Warning]:
 def check_workflow_retention(app_configs=None, **kwargs):
     """``Workflow.retention`` of every registered workflow (it is checked when the class
     is defined too; this sees a value set on the class afterwards)."""
-    from django_durable.workflows.definition import registry
-    from django_durable.workflows.retention import retention_problem
-
     errors = []
     for workflow in registry.all():
         problem = retention_problem(getattr(workflow, "retention", None))

@@ -1,5 +1,5 @@
-"""The public operations: start (in ``starting``), retry, rerun, release_key, cancel,
-send_event.
+"""The public operations: start (in ``starting``), retry, release_key, cancel,
+send_event (rerun: ``operations.rerun``).
 
 Each one validates its arguments before anything is written, asks ``keys`` what
 the rules say, makes its writes through ``store`` in one short transaction (a
@@ -41,7 +41,6 @@ from django_durable.operations.finish import (
     run_finished,
     workflow_class,
 )
-from django_durable.operations.rerun import rerun  # noqa: F401 (durable.rerun)
 from django_durable.operations.start import MAX_CHANGES_OF_HANDS
 from django_durable.workflows.definition import Workflow, registry
 

@@ -180,9 +180,8 @@ START_COLUMNS = {
 # is probed, the primary key's too, and a run id that was taken would be answered as
 # if its key were. A start never inserts a run waiting behind a holder (run_again
 # inserts those with INSERT_RUN), so durable_run_one_waiting_per_key never applies.
-# The columns of migration 0021 (rerun_of_id, rerun_from_step, inputs) are not named:
-# a start leaves them NULL, the column's default, and the function's text (installed
-# by 0013-0019) stays as it was. A rerun inserts with INSERT_RUN (operations.rerun).
+# Not named: the columns of 0021 (rerun_of_id, rerun_from_step, inputs), left NULL,
+# their default, so the function's text (installed by 0013-0019) is unchanged.
 START_INSERT = """
 INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
