@@ -202,7 +202,7 @@ def dropped_input_offer(run: Run) -> str:
     """Why "Rerun with this input" would be refused for ``run`` ("" when it would
     start): the same for each of its dropped inputs (the key rules and the run's
     status decide, not the input)."""
-    ok, why = rerunning.explain_rerun(run)
+    ok, why = rerunning.explain_rerun(run, None, {})  # any input: the page defers it
     return "" if ok else why
 
 
