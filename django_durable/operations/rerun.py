@@ -24,6 +24,7 @@ from django_durable import store
 from django_durable.exceptions import KeyTaken, NotFinished
 from django_durable.models import FINISHED_STATUSES, Run
 from django_durable.operations import inputs
+from django_durable.operations.calls import public_call
 from django_durable.operations.explain import explain
 from django_durable.operations.start import start_run
 from django_durable.workflows.definition import Workflow, registry
@@ -100,6 +101,7 @@ def _began(run: Run, index: int, recorded: list[str]) -> bool:
     return index in store.began_steps(run.id)
 
 
+@public_call("arerun")
 def rerun(
     run_id: uuid.UUID | str, *, from_step: str | None = None, input: Any = SAME_INPUT
 ) -> uuid.UUID:
