@@ -19,10 +19,10 @@ MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
 # migration's state, which therefore never moves (db_functions says so).
 ALLOWED_IMPORTS = {"django_durable.db_functions"}
 
-# Every released function file (its name without .sql) and its SHA-256. A released file is never edited:
-# a change is a new file (<name>_v<N+1>.sql) created by a new migration, beside the
-# old one, which a later release drops (docs/production.md, "Upgrading"). Add a
-# line here for the new file; never change one.
+# Every released function file (its name without .sql) and its SHA-256. A released
+# file is never edited: a change is a new file (<name>_v<N+1>.sql) created by a new
+# migration, beside the old one, which a later release drops (docs/production.md,
+# "Upgrading"). Add a line here for the new file; never change one.
 RELEASED = {
     "durable_claim_v1": "0f1a19823e342295fcbdbd696e7313b1625a614da2dc6f2036b85aeeeaf796d4",
     "durable_next_due_at_v1": "c59e383adf05ff02686f603faf99f2c90a7fb7aec66bf1d6f6793fc8eaffc1dd",
