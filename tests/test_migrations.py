@@ -154,3 +154,48 @@ def test_the_database_holds_the_text_of_the_functions_the_code_calls():
         signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", text, re.S).group(1)
         for argument in signature.split(","):
             assert argument.split()[0] in full, (name, argument)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize("reuse", ["after_close", "after_failure", "never"])
+@pytest.mark.parametrize("policy", ["use_existing", "error"])
+def test_durable_start_answers_from_the_key_rules_table(reuse, policy):
+    """durable_start_v1 notes a duplicate (and only answers) in exactly the holder
+    states ``keys.holder_answers`` computes from the rules table, cell by cell: the
+    database reads the one table, passed as its text[] p_answers."""
+    import uuid
+
+    from django.utils import timezone
+
+    from django_durable import store
+    from django_durable.models import Activity, Run, Status
+    from django_durable.operations import keys
+    from django_durable.store.starts import DuplicateNote
+    from tests.factories import RunFactory
+
+    answers = keys.holder_answers(reuse=reuse, on_duplicate=policy)
+    assert answers  # the policies whose duplicates only answer
+    for status in Status.values:
+        for picked_up in (False, True):
+            key = f"{status}:{picked_up}"
+            at = timezone.now()
+            holder = RunFactory(key=key, status=status, started_at=at if picked_up else None)
+            run = store.NewRun(
+                id=uuid.uuid4(),
+                workflow=holder.workflow,
+                queue="default",
+                priority=0,
+                input={},
+                created_at=at,
+                key=key,
+                holds_key=True,
+            )
+            found = store.insert_or_get_holder(
+                run, note=DuplicateNote(outcome=policy, holder_states=answers)
+            )
+            assert not found.inserted and found.holder_id == holder.id
+            assert found.noted == ((status, picked_up) in answers), (status, picked_up)
+            noted = Activity.objects.filter(kind="key_duplicate", key=key).exists()
+            assert noted == found.noted
+            assert Run.objects.filter(key=key).count() == 1
