@@ -254,12 +254,9 @@ def test_octet_length_writes_the_sql_migration_0001_recorded():
 
     query = Query(Run)
     compiler = query.get_compiler(connection=connection)
-    sql, params = OctetLength(F("key")).resolve_expression(query).as_sql(compiler, connection)
+    sql, params = compiler.compile(OctetLength(F("key")).resolve_expression(query))
     if connection.vendor == "sqlite":
-        sql, params = (
-            OctetLength(F("key")).resolve_expression(query).as_sqlite(compiler, connection)
-        )
         assert sql == 'LENGTH(CAST("durable_run"."key" AS BLOB))'
     else:
         assert sql == 'OCTET_LENGTH("durable_run"."key")'
-    assert params == []
+    assert list(params) == []
