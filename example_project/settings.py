@@ -69,13 +69,29 @@ def _database(url: str | None) -> dict:
             },
         }
     parts = urlparse(url)
+    # postgres://user:password@db1:5432,db2:5432/name: libpq tries the hosts in order
+    # (docs/production.md, "High availability").
+    hosts = [host.rpartition(":") for host in parts.netloc.rpartition("@")[2].split(",")]
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": parts.path.lstrip("/"),
         "USER": parts.username or "",
         "PASSWORD": parts.password or "",
-        "HOST": parts.hostname or "",
-        "PORT": str(parts.port or ""),
+        "HOST": ",".join(host if sep else port for host, sep, port in hosts),
+        "PORT": ",".join(port for _host, sep, port in hosts if sep),
+        "OPTIONS": {
+            # Only the server that accepts writes (a standby is skipped until promoted).
+            "target_session_attrs": "read-write",
+            # A host that does not answer is given up after 3 s, then the next is tried.
+            "connect_timeout": 3,
+            # A silent link is noticed within seconds: keepalives for an idle
+            # connection, tcp_user_timeout (ms) for data sent and never acknowledged.
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "tcp_user_timeout": 10000,
+        },
     }
 
 

@@ -2,6 +2,7 @@
 its own, tests/own_cluster.py). Prints one JSON line.
 
     python -m tests.cluster_probe start --runs 200 --pause 0.1
+    python -m tests.cluster_probe start --runs 200 --gap 0.02 --retry-for 60
     python -m tests.cluster_probe report
 """
 
@@ -11,20 +12,41 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections import Counter
 
 
-def start(runs: int, pause: float) -> dict:
+def start(
+    runs: int, pause: float, gap: float = 0.0, retry_for: float = 0.0, first: int = 0
+) -> dict:
+    """Keyed starts; with ``retry_for``, a start that raised is made again with the same
+    key (as a web process retries a request through a failover) until it succeeds or
+    ``retry_for`` seconds passed: the key makes the retry safe whether or not the first
+    one committed. ``started`` counts the starts that returned."""
+    from django.db import connection
+
     import django_durable as durable
 
-    errors, started = [], 0
-    for n in range(runs):
-        try:
-            durable.start("restart_steps", {"pause": pause}, key=f"restart:{n}")
-            started += 1
-        except Exception as exc:  # counted: the test asserts there are none
-            errors.append(f"{n}: {type(exc).__name__}: {exc}")
-    return {"started": started, "errors": errors}
+    errors, started, retried = [], 0, 0
+    for n in range(first, first + runs):
+        give_up_at = time.monotonic() + retry_for
+        while True:
+            try:
+                durable.start("restart_steps", {"pause": pause}, key=f"restart:{n}")
+                started += 1
+                break
+            except Exception as exc:  # counted: the test asserts there are none
+                connection.close()  # the next attempt connects again (another host)
+                if time.monotonic() < give_up_at:
+                    retried += 1
+                    time.sleep(0.05)
+                    continue
+                errors.append(f"{n}: {type(exc).__name__}: {exc}")
+                break
+        if gap:
+            time.sleep(gap)
+    outcome = {"started": started, "errors": errors}
+    return {**outcome, "retried": retried} if retry_for else outcome
 
 
 def report() -> dict:
@@ -58,6 +80,14 @@ def report() -> dict:
         "repeats": repeats,
         "recoveries": sum(runs.values_list("recoveries", flat=True)),
         "lost_attempts": sum(lost.values()),
+        "lost_kinds": dict(
+            Counter(
+                error["type"]
+                for error in StepAttempt.objects.filter(status="lost").values_list(
+                    "error", flat=True
+                )
+            )
+        ),
         "failed_errors": [r.error for r in runs.filter(status="failed")[:5]],
     }
 
@@ -67,12 +97,18 @@ def main() -> None:
     parser.add_argument("what", choices=["start", "report"])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--gap", type=float, default=0.0)
+    parser.add_argument("--retry-for", type=float, default=0.0)
+    parser.add_argument("--first", type=int, default=0, help="the number of the first key")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
 
     django.setup()
-    result = start(args.runs, args.pause) if args.what == "start" else report()
+    if args.what == "start":
+        result = start(args.runs, args.pause, args.gap, args.retry_for, args.first)
+    else:
+        result = report()
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

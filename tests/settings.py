@@ -133,6 +133,15 @@ if os.environ.get("DURABLE_TEST_APPLICATION_NAME"):
         **DATABASES["default"].get("OPTIONS", {}),
         "application_name": os.environ["DURABLE_TEST_APPLICATION_NAME"],
     }
+# Processes of the failover tests (tests/standby_pair.py): libpq's connection settings,
+# as JSON (target_session_attrs, connect_timeout, keepalives, tcp_user_timeout).
+if os.environ.get("DURABLE_TEST_DB_OPTIONS"):
+    import json  # noqa: E402
+
+    DATABASES["default"]["OPTIONS"] = {
+        **DATABASES["default"].get("OPTIONS", {}),
+        **json.loads(os.environ["DURABLE_TEST_DB_OPTIONS"]),
+    }
 if os.environ.get("DURABLE_TEST_POOL_MAX_SIZE"):
     DATABASES["default"]["OPTIONS"] = {
         **DATABASES["default"].get("OPTIONS", {}),

@@ -212,3 +212,18 @@ def test_queue_depth_reads_only_the_claim_index_and_stops_at_its_cap():
     due = Run.objects.filter(due_at__lte=at).values_list("queue")
     expected = {q: due.filter(queue=q).count() for q in ("deep", "shallow")}
     assert store.queue_depths() == expected
+
+
+@pytest.mark.postgres
+def test_a_step_whose_session_refuses_writes_counts_as_a_hand_back(reader):
+    run_id = durable.start("lands_on_a_standby", queue="chores")
+    drain()
+    run = Run.objects.get(id=run_id)
+    # Attempt 1 met SQLSTATE 25006 in its own write: handed back, not failed and not a
+    # recovery; attempt 2, on a new session, wrote.
+    assert (run.status, run.result, run.recoveries) == (Status.COMPLETED, 2, 0)
+    handbacks = points(reader, "durable.handbacks")
+    assert {k: p.value for k, p in handbacks.items()} == {
+        attrs(workflow="lands_on_a_standby", queue="chores"): 1
+    }
+    assert not points(reader, "durable.recoveries")

@@ -3,7 +3,8 @@
 A lost connection is the infrastructure's fault, not the step's: wherever it surfaces
 (in the step's own statement, at the COMMIT of the step's own ``transaction.atomic()``,
 while the outcome is recorded, in the heartbeat or the claim), the run is handed back
-and runs again. Half the runs do their middle step inside ``transaction.atomic()``.
+and runs again: handed back by its live worker, not counted against MAX_RECOVERIES.
+Half the runs do their middle step inside ``transaction.atomic()``.
 The test terminates only the workers' sessions, found by their ``application_name``.
 """
 
@@ -27,8 +28,10 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(tran
 RUNS = 200
 TERMINATIONS = 124
 APPLICATION = "durable-terminated-backends"
-# A run may be hit several times by chance; the limit of MAX_RECOVERIES is proven
-# elsewhere (test_failure_processes): here no run may fail for a terminated backend.
+# A terminated backend is not a lost worker: it never counts against MAX_RECOVERIES
+# (tests/test_failover.py proves it with MAX_RECOVERIES=1). Only a claim whose reply
+# was lost with its connection leaves a run to its lease; the limit is high so that
+# such runs, hit several times by chance, never fail here.
 MAX_RECOVERIES = 50
 
 # The workers' sessions that are doing something: in a statement, or inside a
@@ -120,7 +123,10 @@ def test_200_runs_complete_while_124_worker_backends_are_terminated(workers):
         f"of them in a step's own atomic(); {Execution.objects.count()} step executions "
         f"for {3 * RUNS} steps"
     )
-    assert recoveries > 0 and recoveries == lost.count()
+    handed_back = lost.filter(error__type="ConnectionLost").count()
+    assert handed_back > 0  # handed back by their live workers...
+    assert recoveries == lost.filter(error__type="LeaseExpired").count()  # ...uncounted
+    assert recoveries < handed_back
     assert in_atomic > 0  # terminated inside the step's own atomic(): handed back, not failed
     for proc in procs:
         proc.send(signal.SIGTERM)

@@ -26,7 +26,7 @@ from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.operations import finish
 from django_durable.runtime import calling
-from django_durable.runtime.errors import describe_error
+from django_durable.runtime.errors import describe_error, step_lost_its_connection
 from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import Workflow
 from django_durable.workflows.values import check_json
@@ -92,6 +92,20 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         except (Cancelled, store.LeaseLost):
             return executed  # the run is no longer ours
         except Exception as exc:
+            if step_lost_its_connection(exc):
+                # Not the compensation's failure: still claimed, the worker hands the
+                # run back (now, or once the database answers) and it runs again.
+                logger.warning(
+                    "run %s (%s): the database connection was lost during compensation "
+                    "%s: %s; handing it back",
+                    run.id,
+                    run.workflow,
+                    step.compensate,
+                    exc,
+                    extra=telemetry.log_fields(run, step=step.name),
+                )
+                store.reset_connection_after_error(drop=True)
+                return executed
             _failed(run, index, step, started_at, exc)
             return executed
         # What the compensation changed in the context, kept for a rerun (state.py).

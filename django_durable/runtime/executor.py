@@ -12,8 +12,10 @@ What ends an attempt, and what follows (docs/production.md, "Running safely"):
   follows ``retries`` (``NonRetryable`` and ``give_up_on`` skip them);
 - the step passed its ``timeout`` or the run's deadline: a failed attempt
   (``StepTimeout``) or a timed-out run; whatever the step returned is dropped;
-- the database connection was lost: not the step's failure; the run is handed
-  back (``store.hand_back_lost``), counted against ``DURABLE["MAX_RECOVERIES"]``;
+- the database connection was lost (or landed on a standby): not the step's
+  failure; the run is handed back (``store.hand_back_lost``) now, or by the worker
+  as soon as the database answers again; an outage does not count against
+  ``DURABLE["MAX_RECOVERIES"]``;
 - the worker is shutting down and the step was interrupted: the run is handed
   back by the worker.
 """
@@ -39,7 +41,11 @@ from django_durable.exceptions import (
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
 from django_durable.runtime import calling, compensation, telling
-from django_durable.runtime.errors import describe_error, is_connection_fault
+from django_durable.runtime.errors import (
+    describe_error,
+    is_connection_fault,
+    step_lost_its_connection,
+)
 from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import StepDef, Workflow, registry
 from django_durable.workflows.values import check_json, check_size
@@ -172,7 +178,7 @@ def _attempt(
     except store.LeaseLost:
         return 0
     except BaseException as exc:
-        if is_connection_fault(exc):
+        if step_lost_its_connection(exc):
             return _connection_lost(run, step, exc)
         if not isinstance(exc, Exception) and should_stop is not None and should_stop():
             raise  # the worker is stopping: it hands the run back
@@ -229,9 +235,19 @@ def _guarded(run: Run, fn: Callable[..., Any], *args: Any) -> None:
     other runs go on (in a slot, the worker logs it the same way)."""
     try:
         fn(*args)
-    except Exception:
-        logger.exception("run %s (%s): finishing it failed", run.id, run.workflow)
-        store.reset_connection_after_error()
+    except Exception as exc:
+        if not is_connection_fault(exc):
+            logger.exception("run %s (%s): finishing it failed", run.id, run.workflow)
+            store.reset_connection_after_error()
+            return
+        # Recorded, not finished: the maintenance's sweep moves its key on later.
+        logger.warning(
+            "run %s (%s): finishing it failed (its database connection was lost: %s)",
+            run.id,
+            run.workflow,
+            exc,
+        )
+        store.reset_connection_after_error(drop=True)
 
 
 def record_last_step(last: LastStep) -> None:
@@ -312,44 +328,44 @@ def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
         why,
         extra=telemetry.log_fields(run, step=step.name),
     )
-    store.reset_connection_after_error()
+    store.reset_connection_after_error(drop=True)
     # Kept on the run until the hand-back is written: while the database is still out
-    # of reach (a restart), the worker writes it when it can (``hand_back_lost``), so
-    # the run is counted as a recovery with a lost attempt, as on every other path.
+    # of reach (a restart, a failover), the worker writes it as soon as it answers
+    # (``hand_back``), fenced by the claim like every other write of the run.
     run.connection_lost = why
     try:
         hand_back_lost(run)
     except DatabaseError as again:
         if not is_connection_fault(again):
             raise
-        store.reset_connection_after_error()
+        store.reset_connection_after_error(drop=True)
     return 0
 
 
 def hand_back(run: Run) -> bool:
-    """Give back a run the worker still holds (it stops, or gives up on the run):
-    counted as a recovery when its connection was lost during a step."""
+    """Give back a run the worker still holds (it stops, or gives up on the run), with
+    a lost attempt when its connection was lost during a step. False when the run is
+    no longer this worker's; a connection fault is the caller's (it tries again)."""
     if getattr(run, "connection_lost", None) is not None:
         return hand_back_lost(run)
     return store.hand_back(run)
 
 
 def hand_back_lost(run: Run) -> bool:
-    """Hand back a run whose connection was lost during a step (``connection_lost``),
-    counted against ``MAX_RECOVERIES``; False when there is none to hand back."""
+    """Hand back a run whose connection was lost during a step (``connection_lost``):
+    a hand-back, not a recovery (``MAX_RECOVERIES`` counts lost workers); False when
+    there is none to hand back."""
     why = getattr(run, "connection_lost", None)
     if why is None:
         return False
     try:
-        failed = store.hand_back_lost(run, why, conf.get("MAX_RECOVERIES"))
+        store.hand_back_lost(run, why)
     except store.LeaseLost:
         run.connection_lost = None
         return False
     run.connection_lost = None
-    if failed:
-        _finished(run)
-    else:
-        store.notify_runs_due([run.id])
+    telemetry.handed_back(run)
+    store.notify_runs_due([run.id])
     return True
 
 

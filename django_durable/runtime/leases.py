@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, connections
 
 from django_durable import store, telemetry
 from django_durable.models import Status
+from django_durable.runtime.errors import is_connection_fault
 
 if TYPE_CHECKING:
     from django_durable.runtime.worker import Worker
@@ -35,12 +37,29 @@ class Outage:
         self.worker_id = worker_id
         self._lock = threading.Lock()
         self._failing: set[str] = set()
+        self._unreachable: set[str] = set()  # those of ``_failing`` that lost the database
         self._ended = 0  # outages over so far
-        self._local = threading.local()  # .ended: the outages this thread caught up with
+        self._began = 0  # outages begun so far (by a connection fault)
+        # .ended, .began: the outages this thread caught up with
+        self._local = threading.local()
+        self.back_at: float | None = None  # time.monotonic() when the last outage ended
+
+    def holds_back(self, what: str, seconds: float) -> bool:
+        """Should ``what`` wait: something else lost the database (a connection fault;
+        ``what`` is then no longer retried), or the last outage ended less than
+        ``seconds`` ago? The maintenance asks it before recovering expired leases."""
+        with self._lock:
+            if self._unreachable - {what}:
+                self._failing.discard(what)
+                self._unreachable.discard(what)
+                return True
+        return self.back_at is not None and time.monotonic() - self.back_at < seconds
 
     def refresh(self) -> None:
-        """Drop this thread's connections if an outage ended since it last looked."""
-        if self._caught_up():
+        """Drop this thread's connections if an outage began or ended since it last
+        looked: a session opened before a failover leads to the old primary."""
+        began, self._local.began = getattr(self._local, "began", 0), self._began
+        if self._caught_up() and began == self._began:
             return
         for connection in connections.all(initialized_only=True):
             if not connection.in_atomic_block:
@@ -54,10 +73,16 @@ class Outage:
     def failed(self, what: str, exc: BaseException) -> None:
         # A session from before the last outage's end failing is that outage, not a new one.
         stale = not self._caught_up()
+        fault = is_connection_fault(exc)
         with self._lock:
             first = not self._failing and not stale
             if not stale:
                 self._failing.add(what)
+                if fault:
+                    self._unreachable.add(what)
+            if first and fault:
+                self._began += 1
+                self._local.began = self._began  # this thread drops its session below
         if first:
             logger.warning(
                 "worker %s: the database is out of reach (%s failed: %s); "
@@ -66,17 +91,21 @@ class Outage:
                 what,
                 exc,
             )
-        store.reset_connection_after_error()
+        # A session on a standby still answers (read-only errors): only a new one
+        # finds the primary.
+        store.reset_connection_after_error(drop=fault)
 
     def succeeded(self, what: str) -> None:
         if not self._failing:
             return
         with self._lock:
             self._failing.discard(what)
+            self._unreachable.discard(what)
             back = not self._failing
             if back:
                 self._ended += 1
                 self._local.ended = self._ended  # this thread's session is a new one
+                self.back_at = time.monotonic()
         if back:
             logger.warning("worker %s: the database is back", self.worker_id)
 
@@ -92,6 +121,7 @@ def heartbeat_loop(worker: Worker, finished: threading.Event) -> None:
                 worker.outage.failed("the heartbeat", exc)
             else:
                 worker.outage.succeeded("the heartbeat")
+                worker.return_lost_runs()
     finally:
         connections.close_all()
 

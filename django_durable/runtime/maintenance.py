@@ -2,7 +2,10 @@
 
 - return runs whose worker stopped heartbeating to ``pending`` (any live worker
   may do it; row locks with SKIP LOCKED keep two workers from recovering the
-  same run, and the fence keeps the old worker from recording over the new one);
+  same run, and the fence keeps the old worker from recording over the new one),
+  but not within a lease of the end of a database outage: leases that ran out
+  during it are the outage's, and their live owners renew them or hand the runs
+  back first;
 - move on runs waiting behind a key whose holder finished (a crash can leave one);
 - fire due schedules;
 - prune every ``DURABLE["PRUNE_INTERVAL"]`` (an hour unless set; ``None`` turns it
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_durable.runtime.worker")
 
+RECOVERING = "recovering expired leases"
 # Worker rows silent this long are deleted (their runs were recovered long ago); until
 # then the Workers page shows them as stopped or gone.
 FORGET_AFTER = store.WORKERS_KEPT
@@ -108,7 +112,12 @@ class Maintenance:
     def tick(self) -> None:
         """One round of chores; a failing chore is logged and does not stop the others."""
         self.worker.outage.refresh()
-        recovery = self._chore("recovering expired leases", recover)
+        recovery = None
+        # After an outage every live worker renews its leases and hands back what it
+        # lost at its first statements; the leases that ran out meanwhile are the
+        # outage's, not lost workers': recover only once a lease has passed since.
+        if not self.worker.outage.holds_back(RECOVERING, self.worker.lease.total_seconds()):
+            recovery = self._chore(RECOVERING, recover)
         if recovery and recovery.resumed:
             recovered = recovery.resumed
             logger.warning(

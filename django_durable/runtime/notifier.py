@@ -100,14 +100,18 @@ class Notifier(threading.Thread):
 
     def run(self) -> None:
         delay = 1.0
+        warned = False  # a WARNING once per outage; the retries that follow are INFO
         while not self.stop.is_set():
             try:
                 listener = store.open_listener(self.channel, self.alias)
             except Exception as exc:  # any failure: poll meanwhile, retry later
-                logger.warning("LISTEN failed (%s); polling only, retrying in %.0fs", exc, delay)
+                log = logger.info if warned else logger.warning
+                log("LISTEN failed (%s); polling only, retrying in %.0fs", exc, delay)
+                warned = True
                 self.stop.wait(delay)
                 delay = min(delay * 2, MAX_RECONNECT_DELAY)
                 continue
+            warned = False
             try:
                 self._listen(listener)
             except Exception as exc:
@@ -117,6 +121,7 @@ class Notifier(threading.Thread):
                     exc,
                     delay,
                 )
+                warned = True
             finally:
                 self.listening.clear()
                 listener.close()

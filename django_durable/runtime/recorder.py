@@ -26,6 +26,7 @@ from django.db import connections
 
 from django_durable import store
 from django_durable.runtime import executor
+from django_durable.runtime.errors import is_connection_fault
 
 logger = logging.getLogger("django_durable.runtime.recorder")
 
@@ -94,8 +95,16 @@ class Recorder:
     def _write(self, last_steps: list[executor.LastStep]) -> None:
         try:
             executor.record_last_steps(last_steps)
-        except Exception:
+        except Exception as exc:
             # What record_last_step(s) did not handle (the database is out of reach):
             # the runs are still this worker's; ``after`` hands them back.
+            if is_connection_fault(exc):
+                logger.warning(
+                    "recording %d completed run(s) failed (the database connection was lost: %s)",
+                    len(last_steps),
+                    exc,
+                )
+                store.reset_connection_after_error(drop=True)
+                return
             logger.exception("recording %d completed run(s) failed", len(last_steps))
             store.reset_connection_after_error()

@@ -14,6 +14,11 @@ NOTIFY.
   whichever comes first.
 - Every write the executor makes is fenced by the claim, so a worker that lost a run (its
   lease expired, another worker recovered it) cannot record over the new owner.
+- A run whose database connection was lost (a restart, a failover, a terminated
+  backend, a session on a standby) is handed back at once, or, while the database is
+  out of reach, kept (its lease renewed by the heartbeat) and handed back at the first
+  statement that succeeds again: it never waits for its lease, and it is not counted
+  as a lost worker (``MAX_RECOVERIES``).
 - The first SIGTERM/SIGINT stops claiming; running runs stop after their current step and
   are handed back to ``pending``; what is still running after ``DURABLE["SHUTDOWN_GRACE"]``
   is handed back too. A second signal exits at once.
@@ -38,6 +43,8 @@ from django_durable import checks, conf, store, telemetry
 from django_durable.models import Run, Status
 from django_durable.operations import calls
 from django_durable.runtime import executor, leases, maintenance, stopping, telling
+from django_durable.runtime.errors import is_connection_fault
+from django_durable.runtime.handbacks import HandBacks, hand_back_quietly
 from django_durable.runtime.notifier import Notifier
 from django_durable.runtime.recorder import Recorder
 from django_durable.workflows.definition import registry
@@ -117,6 +124,8 @@ class Worker:
         self._dispatch = threading.Condition(self._lock)  # the dispatcher waits for a reason
         self._ready: deque[Held] = deque()  # claimed, not yet picked up by a thread
         self._executing: set[Held] = set()
+        # Given up while the database was out of reach: handed back once it answers.
+        self.handbacks = HandBacks()
         self._run_seconds: float | None = None  # how long runs take (moving average)
         self._wake = False
         self._stopping = threading.Event()
@@ -227,7 +236,12 @@ class Worker:
     def held(self) -> list[Held]:
         with self._lock:
             recording = self.recorder.held() if self.recorder else []
-            return [*self._executing, *self._ready, *recording]
+            return [*self._executing, *self._ready, *self.handbacks.held(), *recording]
+
+    def return_lost_runs(self) -> None:
+        """Hand back the runs given up during an outage (``handbacks``)."""
+        if self.handbacks:
+            self.handbacks.hand_back_all()
 
     # --- registration -----------------------------------------------------------
 
@@ -261,6 +275,7 @@ class Worker:
                     break
                 try:
                     self.outage.refresh()
+                    self.return_lost_runs()
                     runs = self.claim_batch(free)
                 except DatabaseError as exc:
                     self.outage.failed("claiming", exc)
@@ -392,9 +407,19 @@ class Worker:
                     should_stop=lambda: self._stopping.is_set() or run.lease_lost,
                     completions=self.recorder and self._hand_over(held, started, handed),
                 )
-        except BaseException:  # even SystemExit from a step must not end this thread
-            logger.exception("run %s (%s): executing it failed", run.id, run.workflow, extra=fields)
-            store.reset_connection_after_error()
+        except BaseException as exc:  # even SystemExit from a step must not end this thread
+            if isinstance(exc, DatabaseError) and is_connection_fault(exc):
+                # Outside a step (its own faults are handed back by the executor): the
+                # run is still claimed, and is handed back below or once the database
+                # answers. Said once per outage, not once per run.
+                self.outage.failed("executing a run", exc)
+            else:
+                logger.exception(
+                    "run %s (%s): executing it failed", run.id, run.workflow, extra=fields
+                )
+                store.reset_connection_after_error()
+        else:
+            self.outage.succeeded("executing a run")
         if not handed:  # else the recorder reports the outcome once it is written
             self._outcome(held, steps, started)
 
@@ -424,20 +449,7 @@ class Worker:
 
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
-        try:
-            if executor.hand_back(held.run):
-                store.notify_runs_due([held.run.id])
-                return "handed back"
-            status = store.current_status(held.run.id)
-        except DatabaseError as exc:
-            store.reset_connection_after_error()
-            return f"left to lease expiry ({exc})"
-        if status is None:
-            return "stopped: the run was deleted"
-        if status[1] != held.fence:
-            telemetry.lease_lost(held.run)
-            return f"stopped: another worker took it over ({status[0]})"
-        return f"stopped: it is {status[0]} now"
+        return self.handbacks.give_up(held)
 
     # --- heartbeat ------------------------------------------------------------
 
@@ -450,10 +462,10 @@ class Worker:
     def _shutdown(self) -> None:
         self.stop()
         with self._lock:
-            unstarted = list(self._ready)
+            unstarted = [*self._ready, *self.handbacks.take_all()]
             self._ready.clear()
         for held in unstarted:
-            self._hand_back_quietly(held)
+            hand_back_quietly(held)
         deadline = time.monotonic() + self.shutdown_grace
         with self._lock:
             if self._executing:
@@ -471,7 +483,7 @@ class Worker:
             self.recorder.wait_until_written(max(deadline - time.monotonic(), 5.0))
         for held in overdue:
             held.run.lease_lost = True
-            self._hand_back_quietly(held)
+            hand_back_quietly(held)
             logger.warning(
                 "run %s (%s) was still running after the grace period: handed back",
                 held.run.id,
@@ -482,15 +494,3 @@ class Worker:
             store.unregister_worker(self.worker_id)
         except DatabaseError as exc:
             logger.warning("could not unregister worker %s (%s)", self.worker_id, exc)
-
-    def _hand_back_quietly(self, held: Held) -> None:
-        try:
-            if executor.hand_back(held.run):
-                store.notify_runs_due([held.run.id])
-        except DatabaseError as exc:
-            logger.warning(
-                "could not hand back run %s (%s); its lease will expire",
-                held.run.id,
-                exc,
-                extra=telemetry.log_fields(held.run),
-            )

@@ -242,22 +242,20 @@ def recover_expired_leases(max_recoveries: int) -> Recovery:
     return Recovery([*resumed, *again], failed)
 
 
-def hand_back_lost(run: Run, why: str, max_recoveries: int) -> bool:
-    """The worker lost its database connection during a step (infrastructure, not the
-    step's failure): hand the run back to ``pending``, counted as a recovery, or fail
-    it past ``max_recoveries``. True when the run failed (its finish is the caller's)."""
+def hand_back_lost(run: Run, why: str) -> None:
+    """The worker lost its database connection during a step (an outage, a failover, a
+    terminated backend: the infrastructure, not the step): hand the run back to
+    ``pending`` with the attempt recorded as lost. Not a recovery: ``recoveries``
+    counts lost workers (``MAX_RECOVERIES``), and this worker is alive. Fenced by
+    the claim: ``LeaseLost`` when the run is no longer this worker's."""
     at = now()
-    recoveries = run.recoveries + 1
-    if recoveries > max_recoveries:
-        changes: dict[str, Any] = {
-            "status": Status.FAILED,
-            "error": lost_error(recoveries, why),
-            "finished_at": at,
-            "due_at": None,
-        }
-    else:
-        changes = {"status": Status.PENDING, "due_at": at, "attempt": run.attempt + 1}
-    changes.update(worker_id=None, lease_expires_at=None, recoveries=recoveries)
+    changes: dict[str, Any] = {
+        "status": Status.PENDING,
+        "due_at": at,
+        "attempt": run.attempt + 1,
+        "worker_id": None,
+        "lease_expires_at": None,
+    }
     with atomic():
         if not owned(run).update(**changes):
             raise LeaseLost(run.id)
@@ -274,4 +272,3 @@ def hand_back_lost(run: Run, why: str, max_recoveries: int) -> bool:
         )
     for name, value in changes.items():
         setattr(run, name, value)
-    return run.status == Status.FAILED

@@ -20,6 +20,7 @@ __all__ = [
     "open_listener",
     "register_worker",
     "renew_leases",
+    "refuses_writes",
     "reset_connection_after_error",
     "unregister_worker",
     "worker_heartbeat",
@@ -125,14 +126,30 @@ def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
         notify_due(queue)
 
 
-def reset_connection_after_error() -> None:
+def reset_connection_after_error(*, drop: bool = False) -> None:
     """Drop this thread's connection if an error left it unusable (only after errors:
-    a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says)."""
+    a worker keeps its connections for its whole life, whatever CONN_MAX_AGE says);
+    with ``drop``, even if it still answers: a session on a standby (a read-only
+    error) answers, and only a new connection finds the primary (libpq's multi-host
+    ``HOST`` with ``target_session_attrs=read-write``)."""
     connection = db()
     if connection.in_atomic_block or connection.connection is None:
         return  # no connection yet, or the caller's transaction decides
-    if not connection.is_usable():
+    if drop or not connection.is_usable():
         connection.close()  # the next query reconnects
+
+
+# Whether this session may write: not a standby in recovery, not read-only by default.
+REFUSES_WRITES = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+
+
+def refuses_writes() -> bool:
+    """Does the database's session refuse writes (a standby, a read-only session)?
+    Asked after a step's own write was refused (SQLSTATE 25006), to tell a failover
+    from a step writing to a read-only database of its own (PostgreSQL only)."""
+    with db().cursor() as cursor:
+        cursor.execute(REFUSES_WRITES)
+        return bool(cursor.fetchone()[0])
 
 
 # Listen for the NOTIFYs of ``notify_due`` (PostgreSQL). The channel is quoted as an

@@ -4,10 +4,10 @@ structured fields of the engine's log records.
 Active when ``opentelemetry-api`` is importable; without it every function here
 is a no-op (``log_fields`` works either way). The span and run metrics observe
 django-durable's signals (``signals.observe``), so the engine knows nothing of
-them; the engine's own metrics (claims, pickup, recoveries, lease losses, queue
-depth) come from hooks that cost a None check while telemetry is not installed. Nothing is measured,
-and no query is made, until the process has a real tracer or meter provider (the
-API's default providers record nothing).
+them; the engine's own metrics (claims, pickup, recoveries, hand-backs, lease
+losses, queue depth) come from hooks that cost a None check while telemetry is not
+installed. Nothing is measured, and no query is made, until the process has a real
+tracer or meter provider (the API's default providers record nothing).
 
 - ``spans``: the run, step, start and key spans and the run metrics;
 - ``links``: the trace context a run is started in, and the links to it;
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from django_durable import signals, store
 from django_durable.telemetry import engine, instruments, spans
-from django_durable.telemetry.engine import lease_lost, recovered
+from django_durable.telemetry.engine import handed_back, lease_lost, recovered
 from django_durable.telemetry.instruments import AVAILABLE, SCOPE, Instruments
 from django_durable.telemetry.links import (
     in_run_trace,
@@ -35,6 +35,7 @@ __all__ = [
     "LOG_FIELDS",
     "SCOPE",
     "in_run_trace",
+    "handed_back",
     "install",
     "lease_lost",
     "links_to",

@@ -1,11 +1,11 @@
 """The engine's metrics: how long claims take, how long due runs wait for one, how
-many runs are due per queue, how often workers are lost or lose a run
-(docs/metrics.md).
+many runs are due per queue, how often workers are lost, hand runs back after a
+lost connection, or lose a run (docs/metrics.md).
 
 Claims are timed through the store's claim watcher (``store.watch_claims``), set
-while telemetry is installed; recoveries and lease losses are reported by the
-runtime. The queue depth is read when a metric reader collects, in one bounded
-statement (``store.queue_depths``), never per claim.
+while telemetry is installed; recoveries, hand-backs and lease losses are reported
+by the runtime. The queue depth is read when a metric reader collects, in one
+bounded statement (``store.queue_depths``), never per claim.
 """
 
 from __future__ import annotations
@@ -61,6 +61,14 @@ def recovered(run_ids: Iterable[Any]) -> None:
     found = Counter(Run.objects.filter(id__in=ids).values_list("workflow", "queue"))
     for (workflow, queue), count in found.items():
         inst.recoveries.add(count, labels(workflow, queue))
+
+
+def handed_back(run: Any) -> None:
+    """A live worker handed ``run`` back after its connection was lost during a step
+    (an outage, a failover, a terminated backend): not a lost worker."""
+    inst = on()
+    if inst is not None:
+        inst.handbacks.add(1, labels(run.workflow, run.queue))
 
 
 def lease_lost(run: Any) -> None:

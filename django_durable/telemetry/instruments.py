@@ -98,6 +98,11 @@ class Instruments:
             unit="{run}",
             description="Runs found with a lost worker (expired lease) and recovered",
         )
+        self.handbacks = counter(
+            "durable.handbacks",
+            unit="{run}",
+            description="Runs a live worker handed back after its database connection was lost",
+        )
         self.lease_losses = counter(
             "durable.lease.losses",
             unit="{run}",

@@ -1,4 +1,5 @@
-"""Workflows of the fault proofs (tests/test_pg_restart.py, tests/test_terminated_backends.py).
+"""Workflows of the fault proofs (tests/test_pg_restart.py, tests/test_terminated_backends.py,
+tests/test_failover.py).
 
 Each step body adds an ``Execution`` row before it returns, so a test counts how
 often each step ran (repeats allowed: at-least-once per step is what is measured).
@@ -7,13 +8,13 @@ often each step ran (repeats allowed: at-least-once per step is what is measured
 import os
 import time
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_durable import Workflow, step
 
 from .models import Execution
 
-__all__ = ["BusySteps", "RestartSteps"]
+__all__ = ["BusySteps", "LandsOnAStandby", "RestartSteps", "WritesToAReadOnlyDatabase"]
 
 
 def ran(ctx, step_name: str) -> None:
@@ -74,3 +75,35 @@ class BusySteps(Workflow):
     def done(self, ctx):
         ran(ctx, "done")
         return ctx.input.get("n")
+
+
+class LandsOnAStandby(Workflow):
+    """Its first attempt's session refuses writes, as a standby's does (SQLSTATE 25006):
+    the step's own write fails. Its later attempts write."""
+
+    name = "lands_on_a_standby"
+
+    @step
+    def write(self, ctx):
+        if ctx.attempt == 1:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        ran(ctx, "write")
+        return ctx.attempt
+
+
+class WritesToAReadOnlyDatabase(Workflow):
+    """Its step writes through a connection of its own that refuses writes (a replica,
+    say) while django-durable's database accepts them: the step's own failure."""
+
+    name = "writes_to_a_read_only_database"
+
+    @step
+    def write(self, ctx):
+        own = connections.create_connection("default")
+        try:
+            with own.cursor() as cursor:
+                cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                cursor.execute("CREATE TEMPORARY TABLE refused (n int)")
+        finally:
+            own.close()

@@ -1,0 +1,118 @@
+"""Giving back the runs a worker still holds but will not execute further: at
+shutdown, when its step was interrupted, when its connection was lost.
+
+A run whose database connection was lost (a restart, a failover, a terminated
+backend, a session on a standby) is handed back at once when the database answers;
+while it is out of reach the worker keeps the run (``HandBacks``: the heartbeat
+renews its lease with the others') and hands it back at its first statement that
+succeeds again, so the run never waits for its lease and is not counted as a lost
+worker (``MAX_RECOVERIES``). Every hand-back is fenced by the run's claim: a run
+another worker took meanwhile is left to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from django.db import DatabaseError
+
+from django_durable import store, telemetry
+from django_durable.runtime import executor
+from django_durable.runtime.errors import is_connection_fault
+
+logger = logging.getLogger("django_durable.runtime.worker")
+
+__all__ = ["HandBacks", "hand_back_quietly"]
+
+
+class HandBacks:
+    """The runs a worker gave up while the database was out of reach."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Any] = []  # the worker's ``Held`` records
+
+    def __bool__(self) -> bool:
+        return bool(self._waiting)
+
+    def held(self) -> list[Any]:
+        with self._lock:
+            return list(self._waiting)
+
+    def take_all(self) -> list[Any]:
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+            return waiting
+
+    def give_up(self, held: Any) -> str:
+        """Hand back ``held``'s run, still claimed in memory, or say who has it now;
+        kept for later when the database is out of reach."""
+        run = held.run
+        try:
+            if executor.hand_back(run):
+                store.notify_runs_due([run.id])
+                return "handed back"
+            status = store.current_status(run.id)
+        except DatabaseError as exc:
+            if is_connection_fault(exc):
+                store.reset_connection_after_error(drop=True)
+                with self._lock:
+                    self._waiting.append(held)
+                return "to be handed back as soon as the database answers"
+            store.reset_connection_after_error()
+            return f"left to lease expiry ({exc})"
+        if status is None:
+            return "stopped: the run was deleted"
+        if status[1] != held.fence:
+            telemetry.lease_lost(run)
+            return f"stopped: another worker took it over ({status[0]})"
+        return f"stopped: it is {status[0]} now"
+
+    def hand_back_all(self) -> None:
+        """Hand back the runs kept during an outage, now that the database answers
+        (the dispatcher and the heartbeat call it); what meets the outage again is
+        kept for the next call."""
+        waiting = self.take_all()
+        for number, held in enumerate(waiting):
+            run = held.run
+            try:
+                handed = executor.hand_back(run)
+            except DatabaseError as exc:
+                if is_connection_fault(exc):
+                    store.reset_connection_after_error(drop=True)
+                    with self._lock:
+                        self._waiting.extend(waiting[number:])
+                    return
+                store.reset_connection_after_error()
+                logger.warning(
+                    "could not hand back run %s (%s); its lease will expire",
+                    run.id,
+                    exc,
+                    extra=telemetry.log_fields(run),
+                )
+                continue
+            if handed:
+                store.notify_runs_due([run.id])
+            logger.info(
+                "run %s (%s) %s once the database answered again",
+                run.id,
+                run.workflow,
+                "handed back" if handed else "not handed back: no longer this worker's",
+                extra=telemetry.log_fields(run),
+            )
+
+
+def hand_back_quietly(held: Any) -> None:
+    """Hand back ``held``'s run at shutdown; its lease expires if that fails."""
+    try:
+        if executor.hand_back(held.run):
+            store.notify_runs_due([held.run.id])
+    except DatabaseError as exc:
+        logger.warning(
+            "could not hand back run %s (%s); its lease will expire",
+            held.run.id,
+            exc,
+            extra=telemetry.log_fields(held.run),
+        )
