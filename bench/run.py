@@ -67,7 +67,7 @@ def parse_args() -> argparse.Namespace:
     extra.add_argument("--soak", action="store_true", help="the soak")
     extra.add_argument("--soak-minutes", type=float, default=10)
     extra.add_argument("--soak-rate", type=float, default=150, help="starts per second")
-    extra.add_argument("--soak-untuned", action="store_true", help="without migration 0012")
+    extra.add_argument("--soak-untuned", action="store_true", help="no autovacuum settings")
     extra.add_argument("--producers", action="store_true", help="8 producer processes")
     extra.add_argument("--producer-seconds", type=float, default=30)
     extra.add_argument("--skip-main", action="store_true", help="only the suites above")

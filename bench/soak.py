@@ -45,7 +45,7 @@ RETENTION_SECONDS = 120
 PRUNE_SECONDS = 15
 DUPLICATES = 0.30
 RECENT_KEYS = 1000
-# What --untuned resets: the settings of migration 0012.
+# What --untuned resets: the autovacuum settings of migration 0001.
 UNTUNED = (
     "autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold, "
     "autovacuum_vacuum_insert_scale_factor, autovacuum_vacuum_insert_threshold, "
@@ -236,7 +236,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--rate", type=float, default=150)
     parser.add_argument("--sample-seconds", type=float, default=10)
-    parser.add_argument("--untuned", action="store_true", help="the table's defaults (no 0012)")
+    parser.add_argument("--untuned", action="store_true", help="the table's defaults")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     db = connection.settings_dict["NAME"]

@@ -147,13 +147,13 @@ if TYPE_CHECKING:
     from django_durable.operations.explain import Explanation, explain
     from django_durable.operations.prune import prune
     from django_durable.operations.queues import pause_queue, queue_stats, resume_queue
+    from django_durable.operations.rerun import rerun
     from django_durable.operations.runs import (
         cancel,
         get_run,
         list_executions,
         provide_input,
         release_key,
-        rerun,
         retry,
         send_event,
     )
@@ -198,12 +198,12 @@ _LAZY = {
             "list_executions",
             "provide_input",
             "release_key",
-            "rerun",
             "retry",
             "send_event",
         ],
         "django_durable.operations.runs",
     ),
+    "rerun": "django_durable.operations.rerun",
     **dict.fromkeys(
         ["disable_schedule", "enable_schedule", "schedule", "trigger_schedule"],
         "django_durable.operations.schedules",

@@ -31,5 +31,9 @@ class DurableConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from django_durable.operations.schedules import sync_after_migrate
+        from django_durable.store.functions import after_migrate
 
+        # A database made without migrations (pytest-django's --nomigrations) gets
+        # the store's functions too (PostgreSQL).
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="durable_functions")
         post_migrate.connect(sync_after_migrate, sender=self, dispatch_uid="durable_schedules")

@@ -21,6 +21,8 @@ from django.urls import NoReverseMatch, reverse
 
 from django_durable import conf
 from django_durable.conf import DEFAULTS, WORKER_CONCURRENCY
+from django_durable.workflows.definition import registry
+from django_durable.workflows.retention import retention_problem
 
 # psycopg_pool's ConnectionPool: min_size 4, and max_size defaults to min_size.
 PSYCOPG_POOL_MIN_SIZE = 4
@@ -70,7 +72,12 @@ def check_settings(app_configs=None, **kwargs):
                 "DURABLE['PRUNE_BATCH_SIZE'] must be a whole number >= 1.", id="django_durable.E005"
             )
         )
-    for name, least in (("MAX_RECOVERIES", 0), ("MAX_VALUE_BYTES", 1), ("COMPLETION_BATCH", 1)):
+    for name, least in (
+        ("MAX_RECOVERIES", 0),
+        ("MAX_VALUE_BYTES", 1),
+        ("COMPLETION_BATCH", 1),
+        ("MAX_FOLDED_INPUTS", 1),
+    ):
         value = values[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             errors.append(
@@ -326,3 +333,15 @@ def worker_start_warnings(concurrency: int, vendor: str) -> list[Warning]:
         *sqlite_concurrency_warning(concurrency, vendor),
         *pool_size_warnings(concurrency, settings.DATABASES),
     ]
+
+
+@register(Tags.compatibility)
+def check_workflow_retention(app_configs=None, **kwargs):
+    """``Workflow.retention`` of every registered workflow (it is checked when the class
+    is defined too; this sees a value set on the class afterwards)."""
+    errors = []
+    for workflow in registry.all():
+        problem = retention_problem(getattr(workflow, "retention", None))
+        if problem is not None:
+            errors.append(Error(f"workflow {workflow.name}: {problem}", id="django_durable.E030"))
+    return errors

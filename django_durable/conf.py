@@ -61,6 +61,9 @@ DEFAULTS: dict[str, Any] = {
     # Per queue options, e.g. {"emails": {"concurrency": 5}}: at most that many runs of
     # the queue run at once, across all workers (docs/queues.md).
     "QUEUES": {},
+    # The most inputs a run keeps of the starts debounce or run_again folded into it
+    # (``ctx.inputs``): the newest, the run's own first input counted among them.
+    "MAX_FOLDED_INPUTS": 1000,
 }
 
 

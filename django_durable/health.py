@@ -106,7 +106,7 @@ def functions() -> list[Finding]:
             "functions",
             True,
             f"the store's functions are not as this version defines them: {listed}",
-            "run: python manage.py migrate (migration 0013 installs them)",
+            "run: python manage.py migrate (migration 0001 creates them)",
             {"outdated": outdated},
         )
     ]

@@ -13,14 +13,7 @@ from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
 from django_durable import conf
-from django_durable.db_functions import AnyOf, OctetLength
-from django_durable.db_types import (
-    AttemptStatusField,
-    CounterField,
-    DomainCheck,
-    RunKeyField,
-    RunStatusField,
-)
+from django_durable.db_functions import OctetLength
 
 
 class Status(models.TextChoices):
@@ -64,7 +57,7 @@ class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
-    status = RunStatusField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     # Within a queue, due runs with a higher priority are claimed first.
     priority = models.IntegerField(default=0, db_default=0)
 
@@ -74,7 +67,7 @@ class Run(models.Model):
     error = models.JSONField(null=True, blank=True)
 
     # The key the run was started with. It stays after the run stops holding it.
-    key = RunKeyField(max_length=255, null=True, blank=True)
+    key = models.CharField(max_length=255, null=True, blank=True)
     holds_key = models.BooleanField(default=False)
     # A run_again run waits behind this run; kept afterwards as history.
     # Indexed only where set (Meta.indexes): most runs have neither, and a start
@@ -97,8 +90,8 @@ class Run(models.Model):
     )
 
     # Progress: the next step to run and the attempt of that step.
-    step_index = CounterField(default=0)
-    attempt = CounterField(default=1)
+    step_index = models.PositiveIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
 
     # When a worker may claim the run. NULL: not due (waits for an event or a holder).
     due_at = models.DateTimeField(null=True, blank=True)
@@ -115,13 +108,13 @@ class Run(models.Model):
     # every claim so a worker that lost the run cannot record over the new owner.
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    fence = CounterField(default=0)
+    fence = models.PositiveIntegerField(default=0)
     # How often the run's worker was lost while it ran (its lease expired; a database
     # connection dropped mid-step is not counted); past DURABLE["MAX_RECOVERIES"] the
     # run fails.
     # Database defaults too: a process running the previous version inserts runs
     # without these columns during a rolling deploy.
-    recoveries = CounterField(default=0, db_default=0)
+    recoveries = models.PositiveIntegerField(default=0, db_default=0)
     # The names of the workflow's steps when the run started: a run resumes only into
     # the step it was in (durable.DefinitionChanged otherwise). Empty: not recorded.
     step_names = models.JSONField(default=list, db_default=[], blank=True)
@@ -133,6 +126,16 @@ class Run(models.Model):
     created_at = models.DateTimeField(default=now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    # Replay and repair (docs/replay-and-repair.md). A rerun records the run
+    # ``rerun()`` was called with (an id, not a foreign key: it stays after the
+    # original is pruned) and the step it began at (NULL: from the first step).
+    rerun_of_id = models.UUIDField(null=True, blank=True)
+    rerun_from_step = models.CharField(max_length=200, null=True, blank=True)
+    # The inputs folded into the run by debounce or run_again, oldest first, the
+    # run's own first input among them, at most DURABLE["MAX_FOLDED_INPUTS"] (the
+    # newest). NULL: nothing was folded, ``ctx.inputs`` is ``[input]``.
+    inputs = models.JSONField(null=True, blank=True)
 
     objects = DurableManager()
 
@@ -155,11 +158,11 @@ class Run(models.Model):
                 condition=Q(runs_after__isnull=False, holds_key=False, status=Status.PENDING),
                 name="durable_run_one_waiting_per_key",
             ),
-            # The rules of a single column are checked by the column's type on
-            # PostgreSQL (DomainCheck: db_types), by a CHECK of the table elsewhere.
-            DomainCheck(condition=AnyOf("status", Status.values), name="durable_run_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=Status.values), name="durable_run_status_valid"
+            ),
             # 1 to 255 bytes of UTF-8: "" is not "no key", and a long key is an error.
-            DomainCheck(
+            models.CheckConstraint(
                 condition=Q(key__isnull=True)
                 | Q(
                     GreaterThanOrEqual(OctetLength("key"), 1),
@@ -238,6 +241,12 @@ class Run(models.Model):
                 condition=Q(status=Status.WAITING, waiting_for="children"),
                 name="durable_run_waiting_parents",
             ),
+            # A run's reruns (the run page, ``durable rerun --query`` run twice).
+            models.Index(
+                fields=["rerun_of_id"],
+                condition=Q(rerun_of_id__isnull=False),
+                name="durable_run_rerun_of",
+            ),
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
@@ -286,9 +295,9 @@ class StepAttempt(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.STEP)
     step = models.CharField(max_length=200)
-    step_index = CounterField()
-    attempt = CounterField()
-    status = AttemptStatusField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    step_index = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField()
+    status = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     # What the attempt logged (``runtime.steplogs``): a list of records, bounded.
@@ -310,9 +319,9 @@ class StepAttempt(models.Model):
                 condition=Q(status="completed"),
                 name="durable_step_completed_once",
             ),
-            DomainCheck(
-                condition=AnyOf(
-                    "status", ["running", "completed", "failed", "suspended", "cancelled", "lost"]
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=["running", "completed", "failed", "suspended", "cancelled", "lost"]
                 ),
                 name="durable_step_attempt_status_valid",
             ),

@@ -20,13 +20,21 @@ recorded for them):
   with), by ``"<step index>:<call number>"``, so the call starts nothing new when
   the step runs again;
 - ``compensation``: the steps still to undo (``pending``, step indexes in the
-  order to undo them) and the step that failed (``failed_step``).
+  order to undo them) and the step that failed (``failed_step``);
+- ``undo``: what each completed step changed in the context, by step index (a
+  string), as the values it replaced: ``{name: [old value]}``, or ``{name: []}`` for
+  a name the step added; a step that changed nothing has no entry. ``partial``: the
+  same for what the current step's suspended executions saved so far, and
+  ``undo_comp``: for each completed compensation, in order. From them and the run's
+  context, ``context_before`` gives the context as it was when a step began (a rerun
+  from that step begins with it: ``operations.rerun``).
 
 Every function returns a new dict; none changes the one it is given.
 """
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime
 from typing import Any
 
@@ -34,11 +42,14 @@ __all__ = [
     "awaited_slots",
     "awaiting",
     "between_steps",
+    "compensation_changed",
     "compensation_pending",
+    "context_before",
     "delivered",
     "event_slot",
     "forget_call",
     "has_children",
+    "partial_changes",
     "pending_wait",
     "received",
     "recorded_children",
@@ -47,12 +58,15 @@ __all__ = [
     "retried",
     "satisfied",
     "slot_of",
+    "step_completed",
     "suspended",
     "unanswered_input",
+    "undo_before",
     "waiting_label",
     "with_awaiting",
     "with_children",
     "with_compensation",
+    "with_partial",
     "with_start",
     "without_compensated",
 ]
@@ -86,7 +100,13 @@ def between_steps(state: dict | None) -> dict:
     (one per name for the whole run), and so do the children each call started, so a
     retried step finds the children that completed instead of starting them again."""
     state = state or {}
-    return {name: state[name] for name in ("received", "children", "starts") if state.get(name)}
+    return {name: state[name] for name in _KEPT_BETWEEN_STEPS if state.get(name)}
+
+
+# What a step's end (completed or failed) leaves of the state: the events received,
+# the children and starts of calls, and the record of context changes (a failed
+# step's ``partial`` stays: its suspended executions' values are still in the context).
+_KEPT_BETWEEN_STEPS = ("received", "children", "starts", "undo", "partial", "undo_comp")
 
 
 def suspended(
@@ -309,3 +329,103 @@ def without_compensated(state: dict | None, index: int) -> dict:
     compensation["pending"] = [i for i in compensation.get("pending", []) if i != index]
     new["compensation"] = compensation
     return new
+
+
+# --- context changes (replay and repair) --------------------------------------------
+
+_ABSENT = object()
+
+
+def _changes(before: dict, after: dict) -> dict:
+    """What turned ``before`` into ``after``, as ``before``'s values of the names that
+    differ: ``[value]``, or ``[]`` for a name ``before`` did not have."""
+    if before is after or before == after:
+        return {}
+    changed = {}
+    for name in before.keys() | after.keys():
+        old = before.get(name, _ABSENT)
+        if old is _ABSENT:
+            changed[name] = []
+        elif after.get(name, _ABSENT) is _ABSENT or after[name] != old:
+            changed[name] = [old]
+    return changed
+
+
+def _undo(context: dict, changes: dict | None) -> None:
+    """Put back, in ``context``, the values ``changes`` replaced (in place)."""
+    for name, old in (changes or {}).items():
+        if old:
+            context[name] = old[0]
+        else:
+            context.pop(name, None)
+
+
+def _began_with(state: dict | None, context: dict) -> dict:
+    """The context when the current step began: ``context`` without what its suspended
+    executions saved (``partial``)."""
+    partial = (state or {}).get("partial")
+    if not partial:
+        return context
+    began = dict(context)
+    _undo(began, partial)
+    return began
+
+
+def partial_changes(state: dict | None, context: dict, data: dict) -> dict:
+    """What the current step changed so far, when it suspends with ``data`` as its
+    context (``context``: the run's context when this execution began)."""
+    return _changes(_began_with(state, context or {}), data)
+
+
+def with_partial(state: dict | None, partial: dict) -> dict:
+    new = dict(state or {})
+    if partial:
+        new["partial"] = partial
+    else:
+        new.pop("partial", None)
+    return new
+
+
+def step_completed(state: dict | None, index: int, context: dict, data: dict) -> dict:
+    """The state once step ``index`` completed with ``data`` as the context
+    (``context``: the run's context when this execution began): its changes recorded
+    under ``undo``, its ``partial`` gone. The same dict when nothing changed."""
+    state = state or {}
+    changes = _changes(_began_with(state, context or {}), data)
+    if not changes and "partial" not in state:
+        return state
+    new = {name: value for name, value in state.items() if name != "partial"}
+    if changes:
+        new["undo"] = {**(state.get("undo") or {}), str(index): changes}
+    return new
+
+
+def compensation_changed(state: dict | None, context: dict, data: dict) -> dict:
+    """The state once a compensation completed with ``data`` as the context."""
+    changes = _changes(context or {}, data)
+    if not changes:
+        return state or {}
+    return {**(state or {}), "undo_comp": [*((state or {}).get("undo_comp") or []), changes]}
+
+
+def context_before(context: dict | None, state: dict | None, index: int) -> dict:
+    """The context as it was when step ``index`` began, from the run's ``context`` now
+    and what its state recorded: nothing that step or a later one put, in any
+    execution, nor what compensations changed since. A new dict."""
+    state = state or {}
+    began = dict(context or {})
+    for changes in reversed(state.get("undo_comp") or []):
+        _undo(began, changes)
+    _undo(began, state.get("partial"))
+    undo = state.get("undo") or {}
+    for step in sorted((int(name) for name in undo), reverse=True):
+        if step >= index:
+            _undo(began, undo[str(step)])
+    return copy.deepcopy(began)
+
+
+def undo_before(state: dict | None, index: int) -> dict:
+    """The ``undo`` entries of the steps before ``index``: a rerun from that step keeps
+    them, so that it can itself be rerun from an earlier step."""
+    undo = (state or {}).get("undo") or {}
+    return {name: changes for name, changes in undo.items() if int(name) < index}

@@ -9,16 +9,32 @@ import re
 
 from django.db import connection
 
-from django_durable.store import claims, starts
+from django_durable.store.functions import CURRENT, definition
+
+
+def _statement(create: str, pattern: str) -> str:
+    """The statement of the function ``create`` that ``pattern`` finds (its group 1)."""
+    return re.search(pattern, create, re.S).group(1)
+
+
+START_FUNCTION = definition(CURRENT["durable_start"])
+CLAIM_FUNCTION = definition(CURRENT["durable_claim"])
+NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
+# The start's look-up of the holder, and its insert.
+HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
+START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
+# The claim, and the next due time.
+CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*END")
+NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")
 
 # Each function: its CREATE statement (for the arguments' names and types) and the
 # statement its body runs.
 FUNCTION_QUERIES = {
     # The start's look-up of the holder (its INSERT is a plain insert of one row, and
     # the duplicate's activity row one of a row of values).
-    "durable_start": (starts.START_FUNCTION, starts.HOLDER),
-    "durable_claim": (claims.CLAIM_FUNCTION, claims.CLAIM_QUERY),
-    "durable_next_due_at": (claims.NEXT_DUE_AT_FUNCTION, claims.NEXT_DUE_AT_QUERY),
+    CURRENT["durable_start"]: (START_FUNCTION, HOLDER),
+    CURRENT["durable_claim"]: (CLAIM_FUNCTION, CLAIM_QUERY),
+    CURRENT["durable_next_due_at"]: (NEXT_DUE_AT_FUNCTION, NEXT_DUE_AT_QUERY),
 }
 
 

@@ -159,7 +159,7 @@ def test_every_status_a_run_can_have_passes_the_check():
 
 def test_the_status_checks_validate_in_python_too():
     """Django checks a model's constraints in ``full_clean()`` (the admin's forms): the
-    CHECK's condition (``AnyOf``) is evaluated there as well."""
+    CHECK's condition is evaluated there as well."""
     from django.core.exceptions import ValidationError
 
     run = RunFactory.build(status="paused")
@@ -172,8 +172,7 @@ def test_the_status_checks_validate_in_python_too():
 
 
 def test_an_update_to_an_unknown_status_is_refused():
-    """The rule holds for an UPDATE as for an INSERT (on PostgreSQL the column's type
-    checks what an UPDATE writes to it)."""
+    """The rule holds for an UPDATE as for an INSERT."""
     run = RunFactory()
     with broken("durable_run_status_valid"), transaction.atomic():
         Run.objects.filter(id=run.id).update(status="paused")
@@ -182,201 +181,82 @@ def test_an_update_to_an_unknown_status_is_refused():
 
 @pytest.mark.parametrize("column", ["step_index", "attempt", "fence", "recoveries"])
 def test_a_negative_counter_is_refused(column):
+    """A positive integer field's CHECK: ``<table>_<column>_check`` on PostgreSQL,
+    reported by its expression on SQLite (both name the column)."""
     run = RunFactory()
-    # PostgreSQL: the counters' domain; SQLite: the positive integer field's CHECK.
-    name = "durable_counter_not_negative" if connection.vendor == "postgresql" else column
-    with pytest.raises(IntegrityError, match=name), transaction.atomic():
+    with pytest.raises(IntegrityError, match=column), transaction.atomic():
         Run.objects.filter(id=run.id).update(**{column: -1})
-    with pytest.raises(IntegrityError, match=name), transaction.atomic():
+    with pytest.raises(IntegrityError, match=column), transaction.atomic():
         raw_insert(**{column: -1})
     attempt = StepAttemptFactory(run=run)
     if column in ("step_index", "attempt"):
-        with pytest.raises(IntegrityError, match=name), transaction.atomic():
+        with pytest.raises(IntegrityError, match=column), transaction.atomic():
             type(attempt).objects.filter(id=attempt.id).update(**{column: -1})
 
 
-def _single_column_checks(table: str) -> list[str]:
-    """The CHECKs of ``table`` that read one column (PostgreSQL)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass "
-            "AND contype = 'c' AND cardinality(conkey) = 1 ORDER BY conname",
-            [table],
-        )
-        return [name for (name,) in cursor.fetchall()]
-
-
-def _column_types(table: str) -> dict[str, str]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped",
-            [table],
-        )
-        return dict(cursor.fetchall())
-
-
-DOMAIN_COLUMNS = {
+# Every CHECK of the tables written at each start and step, by name, as PostgreSQL
+# keeps it: plain CHECKs of the table (no domain, no custom column type).
+CHECKS = {
     "durable_run": {
-        "status": "durable_run_status",
-        "key": "durable_run_key",
-        "step_index": "durable_counter",
-        "attempt": "durable_counter",
-        "fence": "durable_counter",
-        "recoveries": "durable_counter",
+        "durable_run_attempt_check",
+        "durable_run_fence_check",
+        "durable_run_holder_has_key",
+        "durable_run_key_length",
+        "durable_run_recoveries_check",
+        "durable_run_status_valid",
+        "durable_run_step_index_check",
     },
     "durable_step_attempt": {
-        "status": "durable_step_attempt_status",
-        "step_index": "durable_counter",
-        "attempt": "durable_counter",
+        "durable_step_attempt_attempt_check",
+        "durable_step_attempt_status_valid",
+        "durable_step_attempt_step_index_check",
     },
 }
 
 
-def _assert_the_columns_have_their_domains() -> None:
-    """No CHECK of one column left on the tables, each such column typed by its domain."""
-    for table, domains in DOMAIN_COLUMNS.items():
-        assert _single_column_checks(table) == []
-        types = _column_types(table)
-        assert {column: types[column] for column in domains} == domains
-
-
 @pytest.mark.postgres
-def test_postgresql_checks_the_rules_of_one_column_by_its_type():
-    """PostgreSQL reads every CHECK of a table back from its text at each INSERT and
-    UPDATE; a domain's check is read once per session. So the tables written at
-    every start and step keep only the CHECK that reads two columns
-    (durable_run_holder_has_key), and each column with a rule of its own has a
-    domain as its type, whose check is validated and named as the rule."""
-    _assert_the_columns_have_their_domains()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT t.typname, c.conname, c.convalidated FROM pg_constraint AS c "
-            "JOIN pg_type AS t ON t.oid = c.contypid WHERE t.typname LIKE 'durable%%'"
-        )
-        checks = {domain: (name, valid) for domain, name, valid in cursor.fetchall()}
-    assert checks == {
-        "durable_counter": ("durable_counter_not_negative", True),
-        "durable_run_status": ("durable_run_status_valid", True),
-        "durable_step_attempt_status": ("durable_step_attempt_status_valid", True),
-        "durable_run_key": ("durable_run_key_length", True),
-    }
-
-
-@pytest.mark.postgres
-def test_postgresql_keeps_each_status_check_as_one_array_constant():
-    """The status checks (the domains' since migration 0020, the tables' from 0019)
-    are stored as one array constant, not an ``IN`` list (an array rebuilt from one
-    constant per status each time it is read): they name the model's statuses, and
-    are validated."""
-    import re
-
-    from django_durable.db_functions import AnyOf
+def test_postgresql_has_each_rule_as_a_named_check_of_its_table():
     from django_durable.models import StepAttempt
 
-    expected = {
-        c.name: set(c.condition.values)
-        for model in (Run, StepAttempt)
-        for c in model._meta.constraints
-        if isinstance(getattr(c, "condition", None), AnyOf)
-    }
-    assert set(expected) == {"durable_run_status_valid", "durable_step_attempt_status_valid"}
-    stored = _status_checks()  # validated ones only
-    assert set(stored) == set(expected)
-    for name, definition in stored.items():
-        assert "= ANY ('{" in definition and "ARRAY[" not in definition, definition
-        (array,) = re.findall(r"'\{(.*)\}'::text\[\]", definition)
-        assert set(array.split(",")) == expected[name], definition
-
-
-@pytest.mark.postgres
-def test_a_text_array_reads_back_as_its_values():
-    from django_durable.db_functions import text_array
-
-    values = ["plain", 'with "quotes"', "back\\slash", "a,comma", "{brace}", "", "NULL"]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT %s::text[]", [text_array(values)])
-        assert cursor.fetchone()[0] == values
-
-
-def _status_checks() -> dict[str, str]:
-    """The definitions of the validated status CHECKs, by name, of the tables or of
-    the domains (PostgreSQL)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conname IN "
-            "('durable_run_status_valid', 'durable_step_attempt_status_valid') AND convalidated"
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid), convalidated "
+            "FROM pg_constraint WHERE contype = 'c' AND conrelid = ANY (%s::regclass[])",
+            [list(CHECKS)],
         )
-        return dict(cursor.fetchall())
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_migration_0019_replaces_the_status_checks_both_ways_with_rows_in_place():
-    """0019 replaces each status CHECK without a table scan under the table's lock
-    (NOT VALID, then validated on its own): back to 0018 the IN lists return, and
-    forward the array constants, validated over the rows already there."""
-    from django.core.management import call_command
-
-    run = RunFactory(status=Status.COMPENSATION_FAILED)
-    StepAttemptFactory(run=run, status="lost")
-    call_command("migrate", "django_durable", "0018", verbosity=0)
-    try:
-        before = _status_checks()
-        assert len(before) == 2 and all("ARRAY[" in d for d in before.values()), before
-    finally:
-        call_command("migrate", "django_durable", verbosity=0)
-    after = _status_checks()
-    assert len(after) == 2 and all("= ANY ('{" in d for d in after.values()), after
-    assert Run.objects.get(id=run.id).status == Status.COMPENSATION_FAILED
-    with broken("durable_run_status_valid"), transaction.atomic():
-        raw_insert(status="done")
-
-
-@pytest.mark.postgres
-@pytest.mark.django_db(transaction=True)
-def test_migration_0020_moves_the_rules_into_the_column_types_both_ways_with_rows_in_place():
-    """Back to 0019 the tables' CHECKs return (the counters' too) and the columns
-    their base types; forward the domains, with the rows kept and the rules held."""
-    from django.core.management import call_command
-
-    run = RunFactory(status=Status.COMPENSATION_FAILED, key="order:1", attempt=3, fence=2)
-    StepAttemptFactory(run=run, status="lost", step_index=1)
-    call_command("migrate", "django_durable", "0019", verbosity=0)
-    try:
-        assert _single_column_checks("durable_run") == [
-            "durable_run_attempt_check",
-            "durable_run_fence_check",
-            "durable_run_key_length",
-            "durable_run_recoveries_check",
-            "durable_run_status_valid",
-            "durable_run_step_index_check",
-        ]
-        assert _single_column_checks("durable_step_attempt") == [
-            "durable_step_attempt_attempt_check",
-            "durable_step_attempt_status_valid",
-            "durable_step_attempt_step_index_check",
-        ]
-        types = _column_types("durable_run")
-        assert (types["status"], types["key"], types["fence"]) == (
-            "character varying(20)",
-            "character varying(255)",
-            "integer",
+        rows = cursor.fetchall()
+        cursor.execute(
+            "SELECT count(*) FROM pg_type WHERE typtype = 'd' AND typname LIKE 'durable%%'"
         )
-        with broken("durable_run_status_valid"), transaction.atomic():
-            raw_insert(status="done")
-    finally:
-        call_command("migrate", "django_durable", verbosity=0)
-    _assert_the_columns_have_their_domains()
-    kept = Run.objects.get(id=run.id)
-    assert (kept.status, kept.key, kept.attempt, kept.fence) == (
-        Status.COMPENSATION_FAILED,
-        "order:1",
-        3,
-        2,
-    )
-    assert kept.attempts.get().status == "lost"
-    with broken("durable_run_status_valid"), transaction.atomic():
-        raw_insert(status="done")
-    with broken("durable_run_key_length"), transaction.atomic():
-        raw_insert(key="")
+        (types,) = cursor.fetchone()
+    found = {table: {name for t, name, _d, _v in rows if t == table} for table in CHECKS}
+    assert found == CHECKS
+    assert all(valid for *_rest, valid in rows)
+    assert types == 0  # no domain
+    definitions = {name: definition for _t, name, definition, _v in rows}
+    for model, name in (
+        (Run, "durable_run_status_valid"),
+        (StepAttempt, "durable_step_attempt_status_valid"),
+    ):
+        statuses = model._meta.get_field("status").choices
+        for value, _label in statuses:
+            assert f"'{value}'" in definitions[name], (name, value)
+    assert "octet_length" in definitions["durable_run_key_length"]
+
+
+def test_octet_length_writes_the_sql_migration_0001_recorded():
+    """Migration 0001 names ``db_functions.OctetLength`` (the key's CHECK): the SQL it
+    writes is part of the schema and never changes."""
+    from django.db.models import F
+    from django.db.models.sql import Query
+
+    from django_durable.db_functions import OctetLength
+
+    query = Query(Run)
+    compiler = query.get_compiler(connection=connection)
+    sql, params = compiler.compile(OctetLength(F("key")).resolve_expression(query))
+    if connection.vendor == "sqlite":
+        assert sql == 'LENGTH(CAST("durable_run"."key" AS BLOB))'
+    else:
+        assert sql == 'OCTET_LENGTH("durable_run"."key")'
+    assert list(params) == []

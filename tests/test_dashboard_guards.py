@@ -37,6 +37,8 @@ EXAMPLES = {
     "schedules": ([], None, "view"),
     "workers": ([], None, "view"),
     "run_action": (["RUN", "cancel"], {"reason": "x"}, "change"),
+    "rerun_from_step": (["RUN"], {"from_step": "ship", "reason": "x"}, "change"),
+    "rerun_with_input": (["RUN", 1], {"reason": "x"}, "change"),
     "bulk": ([], {"action": "cancel", "scope": "all", "confirm": "yes"}, "change"),
     "answer": (["RUN"], {"name": "approval", "wait": "input", "json": "true"}, "change"),
     "schedule_action": (["nightly", "disable"], {}, "change"),
@@ -183,7 +185,9 @@ def test_every_action_is_refused_without_a_csrf_token(admin_user, world):
             {"name": "approval", "wait": "input", "json": "true"},
         )
     )
-    assert len(posts) == 11
+    posts.append((reverse("django_durable:rerun_from_step", args=[world]), {"from_step": "x"}))
+    posts.append((reverse("django_durable:rerun_with_input", args=[world, 1]), {}))
+    assert len(posts) == 14
     for address, data in posts:
         response = client.post(address, data)
         assert response.status_code == 403, (address, data)

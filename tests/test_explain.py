@@ -20,7 +20,7 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
-from django_durable.store import claims, starts
+from tests import plans
 from tests.plans import explain, explain_function, explain_prepared
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -56,9 +56,9 @@ def test_the_start_path_uses_the_one_holder_per_key_index(seeded):
     # durable_start's insert meets the taken key; its next statement reads the holder.
     # Without a conflict target every unique index arbitrates: a probe, never a scan;
     # the holder is read through the partial unique index.
-    insert = explain_function(starts.START_FUNCTION, starts.START_INSERT, values, generic=False)
+    insert = explain_function(plans.START_FUNCTION, plans.START_INSERT, values, generic=False)
     assert "Conflict Resolution: NOTHING" in insert, insert
-    plan = explain_function(starts.START_FUNCTION, starts.HOLDER, values, generic=False)
+    plan = explain_function(plans.START_FUNCTION, plans.HOLDER, values, generic=False)
     assert "durable_run_one_holder_per_key" in plan, plan
     assert "Seq Scan" not in plan, plan
 
@@ -124,7 +124,7 @@ def call_arguments(fn, function: str) -> list:
 
 
 def start_arguments(fn) -> list:
-    return call_arguments(fn, "durable_start")
+    return call_arguments(fn, "durable_start_v1")
 
 
 def claim_plan(queues, *, generic: bool) -> str:
@@ -133,16 +133,16 @@ def claim_plan(queues, *, generic: bool) -> str:
         lambda: store.claim(
             worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
         ),
-        "durable_claim",
+        "durable_claim_v1",
     )
-    return explain_function(claims.CLAIM_FUNCTION, claims.CLAIM_QUERY, values, generic=generic)
+    return explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, values, generic=generic)
 
 
 def generic_holder_plan(fn) -> str:
     """The generic plan (the one durable_start keeps) of the holder look-up of the
     start ``fn`` sends."""
     values = start_arguments(fn)
-    return explain_function(starts.START_FUNCTION, starts.HOLDER, values, generic=True)
+    return explain_function(plans.START_FUNCTION, plans.HOLDER, values, generic=True)
 
 
 def test_prepared_start_and_claim_use_the_indexes_with_a_generic_plan(seeded):

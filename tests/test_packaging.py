@@ -50,6 +50,8 @@ def test_the_wheel_holds_every_template_and_static_file(wheel):
     assert templates - names == set()
     assert static - names == set()
     assert "django_durable/migrations/0001_initial.py" in names
+    # The functions' text, which the migrations read by file name.
+    assert shipped("migrations/sql") and shipped("migrations/sql") - names == set()
     assert not [n for n in names if n.startswith(("tests/", "bench/", "example_project/"))]
 
 

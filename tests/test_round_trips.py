@@ -122,6 +122,19 @@ def test_each_step_is_recorded_in_one_statement():
     assert StepAttempt.objects.filter(run_id=run_id, status="completed").count() == 2
 
 
+def test_a_keyed_run_with_nothing_waiting_finishes_without_a_transaction():
+    """Its finish looks for a run waiting behind its key in one statement, with no lock
+    and no transaction: the holder's and the waiting run's locks are taken only when
+    one waits (the run_again tests cover that path)."""
+    run_id = durable.start(Noop, key="noop:1")
+    run = pick_up(run_id)
+    _steps, statements = record(lambda: run_claimed(run))
+    assert len(statements.seen) == 3  # two steps, then the look behind the key
+    assert not statements.in_transaction
+    assert "FOR UPDATE" not in statements.seen[2][0]
+    assert Run.objects.get(id=run_id).status == "completed"
+
+
 def test_a_step_of_a_run_taken_over_records_nothing():
     run_id = durable.start(Noop)
     run = pick_up(run_id)
@@ -162,9 +175,9 @@ def test_prepared_statements_through_the_databases_own_options():
         start_and_run_one()
         start_and_run_one()
         prepared = [" ".join(s.split()) for s in prepared_statements()]
-        assert any("SELECT durable_start(" in s for s in prepared)  # a start, a duplicate
-        assert any("durable_record_step(" in s for s in prepared)  # a step's record
-        assert any("FROM durable_claim(" in s for s in prepared)  # the claim's call
+        assert any("SELECT durable_start_v1(" in s for s in prepared)  # a start, a duplicate
+        assert any("durable_record_step_v1(" in s for s in prepared)  # a step's record
+        assert any("FROM durable_claim_v1(" in s for s in prepared)  # the claim's call
         assert Run.objects.filter(key="acct:prepared", holds_key=True).count() == 1
     finally:
         del options["server_side_binding"], options["prepare_threshold"]

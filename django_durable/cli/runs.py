@@ -1,9 +1,7 @@
-"""Subcommands about runs: list, inspect, retry, rerun, cancel, release-key,
-send-event, provide-input."""
+"""Subcommands about runs: list, inspect, retry, cancel, release-key, send-event,
+provide-input (rerun: cli/rerun.py)."""
 
 from __future__ import annotations
-
-from django.core.management import CommandError
 
 import django_durable as durable
 from django_durable.cli.base import (
@@ -13,7 +11,6 @@ from django_durable.cli.base import (
     emit_json,
     json_value,
     pairs,
-    refused,
     run_id,
     table,
 )
@@ -53,10 +50,6 @@ def add_parsers(commands) -> None:
     p = commands.add_parser("retry", help="resume a failed run at the step that failed")
     p.add_argument("run_id", type=run_id, metavar="RUN_ID")
     p.set_defaults(handler=retry)
-
-    p = commands.add_parser("rerun", help="start a fresh copy of a finished run")
-    p.add_argument("run_id", type=run_id, metavar="RUN_ID")
-    p.set_defaults(handler=rerun)
 
     p = commands.add_parser("cancel", help="cancel a run that is still going")
     p.add_argument("run_id", type=run_id, metavar="RUN_ID")
@@ -129,21 +122,6 @@ def retry(options, out, err) -> None:
     with answering(options["run_id"]):
         resumed = durable.retry(options["run_id"])
     out.write(f"run {resumed} resumes")
-
-
-def rerun(options, out, err) -> None:
-    try:
-        with answering(options["run_id"]):
-            new = durable.rerun(options["run_id"])
-    except CommandError as exc:
-        taken = exc.__cause__
-        if isinstance(taken, durable.KeyTaken) and taken.holder_id is not None:
-            raise refused(
-                f"{exc} -- a rerun takes the same key: release it first with "
-                f"`durable release-key {taken.holder_id} --by WHO`"
-            ) from taken
-        raise
-    out.write(f"new run {new}")
 
 
 def cancel(options, out, err) -> None:

@@ -17,13 +17,13 @@ from django.http import Http404, QueryDict
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from django_durable.dashboard import actions, audit
+from django_durable.dashboard import actions, audit, rerun
 from django_durable.dashboard.counts import bounded
 from django_durable.exceptions import DurableError
 from django_durable.models import Run
 
 MAX_RUNS = 10_000
-SLUGS = ("retry", "cancel", "rerun")
+SLUGS = ("retry", "cancel", "rerun", rerun.BULK_SLUG)
 SEARCH_FIELDS = ("q", "workflow", "status", "queue", "created_after", "created_before", "o")
 
 
@@ -57,7 +57,7 @@ def bulk_action(request, run_admin, matching_runs):
     slug = request.POST.get("action", "")
     if slug not in SLUGS:
         raise Http404(f"no bulk action {slug!r}")
-    action = actions.ACTIONS[slug]
+    action = actions.ACTIONS.get(slug, rerun.BULK_ACTION)
     every = request.POST.get("scope") == "all"
     search = _search_of(request.POST)
     if every:
@@ -78,6 +78,8 @@ def bulk_action(request, run_admin, matching_runs):
         "problems": problems,
         "too_many": count.more,
     }
+    if slug == rerun.BULK_SLUG:  # a choice of step first (dashboard/rerun.py)
+        return rerun.bulk(request, runs, context)
     if request.POST.get("confirm") != "yes" or count.more or problems or not count.value:
         return render(request, "django_durable/bulk_confirm.html", context)
     reason = actions.reason_of(request)

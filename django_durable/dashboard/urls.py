@@ -6,7 +6,16 @@ import functools
 
 from django.urls import path
 
-from django_durable.dashboard import actions, bulk, pending, schedules, values, views, workers
+from django_durable.dashboard import (
+    actions,
+    bulk,
+    pending,
+    rerun,
+    schedules,
+    values,
+    views,
+    workers,
+)
 from django_durable.dashboard.site import guard
 
 APP_NAME = "django_durable"
@@ -30,6 +39,16 @@ def patterns(run_admin) -> list:
         path("runs/bulk/", act(bulk_view), name="bulk"),
         path("runs/<uuid:run_id>/", see(views.run), name="run"),
         path("runs/<uuid:run_id>/value/<str:field>/", see(values.download), name="value"),
+        path(
+            "runs/<uuid:run_id>/rerun-from-step/",
+            act(rerun.rerun_from_step),
+            name="rerun_from_step",
+        ),
+        path(
+            "runs/<uuid:run_id>/rerun-with-input/<int:activity_id>/",
+            act(rerun.rerun_with_input),
+            name="rerun_with_input",
+        ),
         path("runs/<uuid:run_id>/<slug:action>/", act(actions.run_action), name="run_action"),
         path("workflows/<str:name>/", see(views.workflow), name="workflow"),
         path("inputs/", see(pending.inputs_page), name="inputs"),

@@ -23,6 +23,7 @@ from django_durable.dashboard import (
     keystats,
     keyview,
     natural,
+    rerun,
     search,
     timeline,
     values,
@@ -228,6 +229,7 @@ def run(request, run_admin, run_id):
         "children": children,
         "offers": actions.offers(found),
         "unknown_workflow": workers.unknown_to_live_workers(found),
+        "replay": rerun.replay_of(found),  # dashboard/rerun.py
         "timeline": timeline.build(found, attempts, at),
         "graph": timeline.graph(step_names, attempts, children),
         "elapsed": timeline.human_duration(
@@ -285,6 +287,7 @@ def workflow(request, run_admin, name):
         "key_stats": keystats.summary(name),
         "key_rows": key_rows,
         "recent_runs": _listed(query.runs_of(name), 10),
+        "retention": rerun.retention_rows(definition) if definition else [],
     }
     _add_bars(context["key_stats"])
     return render_page(

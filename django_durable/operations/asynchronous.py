@@ -29,6 +29,7 @@ from asgiref.sync import sync_to_async
 from django_durable.models import Run
 from django_durable.operations import batch, runs
 from django_durable.operations import explain as explaining
+from django_durable.operations import rerun as rerunning
 from django_durable.operations import start as starting
 from django_durable.workflows.definition import OnDuplicate, Workflow
 
@@ -123,9 +124,11 @@ async def aretry(run_id: uuid.UUID | str) -> uuid.UUID:
     return await _in_sync_thread(runs.retry)(run_id)
 
 
-async def arerun(run_id: uuid.UUID | str) -> uuid.UUID:
+async def arerun(
+    run_id: uuid.UUID | str, *, from_step: str | None = None, input: Any = rerunning.SAME_INPUT
+) -> uuid.UUID:
     """``rerun()`` for async code."""
-    return await _in_sync_thread(runs.rerun)(run_id)
+    return await _in_sync_thread(rerunning.rerun)(run_id, from_step=from_step, input=input)
 
 
 async def arelease_key(run_id: uuid.UUID | str, by: str | None = None) -> None:

@@ -80,6 +80,13 @@ def promote_waiting(workflow_name: str, key: str) -> None:
     when ``reuse`` keeps it, and waits behind a newer holder that took the key
     in between.
     """
+    # Most keys have no run waiting behind them: one read without a lock says so,
+    # and the finish costs one round trip. It cannot miss a waiting run: a run_again
+    # start locks the holder and checks it is still going before it inserts one, so
+    # the holder's finish (an UPDATE of that row, before this) waited for that start
+    # to commit, and this read sees what it committed.
+    if store.get_waiting_behind(workflow_name, key) is None:
+        return
     with store.atomic():
         # The store's lock order: the holder first, then the run waiting behind it.
         holder = store.get_holder(workflow_name, key, lock=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django_durable import conf, store
+from django_durable.operations import retention as retention_rules
 from django_durable.operations.finish import sweep_waiting
 
 
@@ -12,7 +13,8 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     """Delete finished runs past retention (freeing their keys) and old activity.
 
     Returns how many runs were deleted, children (deleted with their parent) included.
-    ``older_than`` overrides ``DURABLE["RUN_RETENTION"]``; a run that is still
+    ``older_than`` overrides ``DURABLE["RUN_RETENTION"]`` and every workflow's
+    ``retention`` (without it, each workflow's applies per outcome); a run that is still
     going is never deleted, nor one a ``run_again`` run still waits behind.
     ``dry_run`` counts and deletes nothing. Deletes in batches of
     ``DURABLE["PRUNE_BATCH_SIZE"]``, one short transaction each.
@@ -22,12 +24,16 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     batch = settings["PRUNE_BATCH_SIZE"]
     at = store.now()
     pruned = 0
-    if retention is not None:
+    # Workflow.retention, per workflow and outcome (operations.retention), unless
+    # older_than applies one age to every run.
+    per_workflow = retention_rules.condition(at, retention) if older_than is None else None
+    if retention is not None or per_workflow is not None:
         if not dry_run:
             # A finished holder that a run_again run still waits behind hands its
             # key on first (as the worker's sweep would), so pruning it strands no one.
             sweep_waiting()
-        pruned = store.prune_runs(at - retention, batch, dry_run=dry_run)
+        before = at - retention if per_workflow is None else None
+        pruned = store.prune_runs(before, batch, dry_run=dry_run, condition=per_workflow)
     if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
         store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
     return pruned

@@ -1,5 +1,5 @@
-"""The public operations: start (in ``starting``), retry, rerun, release_key, cancel,
-send_event.
+"""The public operations: start (in ``starting``), retry, release_key, cancel,
+send_event (rerun: ``operations.rerun``).
 
 Each one validates its arguments before anything is written, asks ``keys`` what
 the rules say, makes its writes through ``store`` in one short transaction (a
@@ -41,7 +41,7 @@ from django_durable.operations.finish import (
     run_finished,
     workflow_class,
 )
-from django_durable.operations.start import MAX_CHANGES_OF_HANDS, start_run
+from django_durable.operations.start import MAX_CHANGES_OF_HANDS
 from django_durable.workflows.definition import Workflow, registry
 
 logger = logging.getLogger("django_durable.operations.runs")
@@ -115,16 +115,6 @@ def _retake_key(run: Run) -> None:
             )
             return
     raise KeyContended(f"key {run.key!r} of {run.workflow} changed hands during the retry")
-
-
-@public_call("arerun")
-def rerun(run_id: uuid.UUID | str) -> uuid.UUID:
-    """Start a fresh copy of a finished run: same workflow, input and key."""
-    run = Run.objects.get(id=run_id)
-    if run.status not in FINISHED_STATUSES:
-        raise NotFinished(f"run {run.id} is {run.status}; rerun takes a finished run")
-    workflow = registry.get(run.workflow)
-    return start_run(workflow, run.input, run.key, "error").run_id
 
 
 @public_call("arelease_key")

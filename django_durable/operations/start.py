@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple, TypeAlias
 
-from django_durable import signals, store, telemetry
+from django_durable import conf, signals, store, telemetry
 from django_durable.exceptions import KeyContended, KeyTaken
 from django_durable.models import (
     FINISHED_STATUSES,
@@ -383,7 +383,8 @@ def _give_newer_input(workflow, holder: Run, payload: dict) -> bool:
     if workflow.debounce is not None:
         _set_debounced_due(holder, workflow, holder.debounce_deadline)
         fields = {"due_at": holder.due_at, "timeout_at": holder.timeout_at}
-    return store.update_pending_input(holder.id, payload, **fields)
+    keep = conf.get("MAX_FOLDED_INPUTS")  # ctx.inputs keeps the newest
+    return store.update_pending_input(holder.id, payload, keep=keep, **fields)
 
 
 def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult | None:
@@ -393,7 +394,7 @@ def _run_again(workflow, key, holder: Run, payload: dict, fields) -> StartResult
         return None  # the holder finished or changed: decide again
     waiting = store.get_waiting_behind(workflow.name, key, lock=True)
     if waiting is not None:
-        store.update_waiting_input(waiting.id, payload)
+        store.update_waiting_input(waiting.id, payload, keep=conf.get("MAX_FOLDED_INPUTS"))
         waiting_id = waiting.id
     else:
         # It becomes due when it takes the key (a run_after of its start is not kept).

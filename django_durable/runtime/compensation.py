@@ -108,6 +108,8 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
                 return executed
             _failed(run, index, step, started_at, exc)
             return executed
+        # What the compensation changed in the context, kept for a rerun (state.py).
+        run.state = run_state.compensation_changed(run.state, run.context, ctx.data)
         try:
             store.record_compensation_completed(
                 run, index, step.compensate, started_at, output, ctx.data

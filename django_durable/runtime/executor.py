@@ -85,11 +85,12 @@ def definition_mismatch(workflow: type[Workflow], run: Run) -> str | None:
 class LastStep(NamedTuple):
     """A run's last step completed, its record not written yet: handed to a worker's
     recorder (``execute(..., completions=...)``), which writes it with others in one
-    statement (``record_last_steps``). ``previous_context`` is the context before the
-    step, restored if the record fails."""
+    statement (``record_last_steps``). ``previous_context`` and ``previous_state`` are
+    the context and state before the step, restored if the record fails."""
 
     completion: store.Completion
     previous_context: dict
+    previous_state: dict | None = None
 
 
 def execute(
@@ -156,7 +157,11 @@ def _attempt(
             return _failed(workflow, run, step, started_at, late)
         try:
             _check_recordable(ctx.data, None, step)
-            store.record_suspended(run, step.name, started_at, ctx.data, waits, wait)
+            # What the step changed so far, kept for a rerun from it (state.py, "undo").
+            partial = run_state.partial_changes(run.state, run.context, ctx.data)
+            store.record_suspended(
+                run, step.name, started_at, ctx.data, waits, wait, partial=partial
+            )
         except store.LeaseLost:
             return 0
         except Exception as exc:
@@ -184,21 +189,23 @@ def _attempt(
     if (late := _late(run, step, started_at)) is not None:
         return _failed(workflow, run, step, started_at, late)  # its result is dropped
     last = run.step_index == len(workflow.steps) - 1
-    previous = run.context
+    previous, previous_state = run.context, run.state
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
+        # What the step changed in the context, kept for a rerun from a step (state.py).
+        run.state = run_state.step_completed(previous_state, run.step_index, previous, ctx.data)
         if not last:
             store.record_step_completed(run, step.name, started_at, output, last=False)
     except store.LeaseLost:
         return 0
     except Exception as exc:
-        run.context = previous
+        run.context, run.state = previous, previous_state
         return _unrecordable(workflow, run, step, started_at, exc)
     if not last:
         return None  # the next step
     attempt = store.completed_attempt(run, step.name, started_at, output)
-    last_step = LastStep(store.Completion(run, attempt, output), previous)
+    last_step = LastStep(store.Completion(run, attempt, output), previous, previous_state)
     # Recorded here, or by the worker's recorder with others: either way the run
     # is then finished by record_last_step(s).
     (completions or record_last_step)(last_step)
@@ -247,7 +254,7 @@ def record_last_step(last: LastStep) -> None:
     """Record one completed last step (``_attempt``'s, or one a worker's recorder
     writes alone) and finish the run; a record refused is the step's failed attempt
     (``_unrecordable``), a run no longer owned is left alone."""
-    completion, previous = last
+    completion, previous, previous_state = last
     run = completion.run
     try:
         store.record_completion(completion)
@@ -255,6 +262,8 @@ def record_last_step(last: LastStep) -> None:
         return
     except Exception as exc:
         run.context = previous
+        if previous_state is not None:
+            run.state = previous_state
         workflow = registry.get(run.workflow)
         step = workflow.steps[run.step_index]
         _unrecordable(workflow, run, step, completion.attempt.started_at, exc)

@@ -102,6 +102,7 @@ from django_durable.store.queues import (
     queue_counts,
     set_paused,
 )
+from django_durable.store.reruns import began_steps, make_rerun, rerun_already, reruns_of
 from django_durable.store.runs import (
     Recovery,
     current_status,
@@ -204,6 +205,10 @@ __all__ = [
     "prunable",
     "prune_activity",
     "prune_runs",
+    "began_steps",
+    "make_rerun",
+    "rerun_already",
+    "reruns_of",
     "queue_counts",
     "queue_depths",
     "record_activity",

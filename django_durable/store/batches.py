@@ -37,13 +37,14 @@ new AS (
         id, workflow, queue, status, priority, input, context, result, error, "key",
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-        recoveries, step_names, trace_context, created_at, started_at, finished_at
+        recoveries, step_names, trace_context, created_at, started_at, finished_at,
+        rerun_of_id, rerun_from_step, inputs
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
            NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL
+           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING

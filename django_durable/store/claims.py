@@ -32,50 +32,6 @@ from django_durable.store.base import atomic, db, fetchall, fetchone, from_row, 
 
 __all__ = ["claim", "next_due_at"]
 
-# The queues a claim serves (PostgreSQL): those named by p_queues, or when that is
-# NULL every queue with a claimable run, found by skipping through durable_run_claim
-# one queue at a time (a loose index scan: one probe per queue, however many runs
-# wait). The conditions repeat the claim index's own, so the planner can use it.
-# ``open_queues`` keeps those not paused (a probe of durable_queue's primary key per
-# queue) with the room each has: p_limit, or for a limited queue (named in
-# p_limited with its limit in p_caps) the limit less its runs a worker holds,
-# counted through durable_run_lease (running and compensating runs: as many as the
-# workers' threads, however long the queue). The p_ names are the arguments of the
-# functions durable_claim and durable_next_due_at, whose bodies this is part of.
-_OPEN_QUEUES = """
-RECURSIVE served(name) AS (
-    (SELECT unnest(p_queues::text[]) AS name)
-    UNION ALL
-    (SELECT queue FROM durable_run
-     WHERE p_queues::text[] IS NULL
-       AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-     ORDER BY queue LIMIT 1)
-    UNION ALL
-    SELECT (SELECT queue FROM durable_run
-            WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-              AND queue > served.name
-            ORDER BY queue LIMIT 1)
-    FROM served
-    WHERE p_queues::text[] IS NULL AND served.name IS NOT NULL
-),
-open_queues AS (
-    SELECT served.name,
-           CASE WHEN lim.cap IS NULL THEN p_limit
-                ELSE GREATEST(lim.cap - (
-                    SELECT count(*) FROM durable_run AS held
-                    WHERE held.queue = served.name
-                      AND held.status IN ('running', 'compensating')
-                      AND held.lease_expires_at IS NOT NULL), 0)
-           END AS room
-    FROM served
-    LEFT JOIN unnest(p_limited::text[], p_caps::integer[]) AS lim(name, cap)
-           ON lim.name = served.name
-    WHERE served.name IS NOT NULL
-      AND NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = served.name),
-                       false)
-)
-"""
-
 # Serialise the claimers of the limited queues %(names)s (PostgreSQL): one
 # transaction-level advisory lock per queue, taken in name order (no deadlock
 # between two claimers of overlapping queues), released at commit.
@@ -84,92 +40,18 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || n
 FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limited
 """
 
-# Claim up to p_limit due runs in one statement (PostgreSQL): within each queue
-# served, highest priority first, then oldest due, as durable_run_claim orders them.
-# ``picked`` takes, per open queue, up to its room of due runs through the index (it
-# reads about as many entries as it claims, plus the entries of higher priority not
-# due yet) and locks them with FOR UPDATE SKIP LOCKED, so concurrent workers claim
-# different runs without waiting on each other; MATERIALIZED keeps the planner from
-# folding it into the UPDATE, which would lock rows the LIMIT then drops; the UPDATE
-# takes the picked rows by primary key (an array of ids: a plan that cannot turn
-# into a scan of the table, whatever a generic plan guesses of how many were
-# picked). The lock lasts only this statement. Due and lease times are the
-# database's clock (statement_timestamp(), not now(): a caller's transaction does
-# not stop it), so a worker whose own clock is off neither claims early nor sets a
-# short lease; and a worker claims only runs of the workflows it knows
-# (p_workflows, NULL: any, or names starting with one of p_prefixes), so a
-# worker running older code leaves a new workflow's runs to one that has it.
-# A claimed compensating run stays compensating (cancel() keeps refusing it) and
-# stops being due while it is owned; the fence grows, so the previous owner's late
-# writes no longer match.
-CLAIM_QUERY = (
-    "WITH "
-    + _OPEN_QUEUES
-    + """,
-picked AS MATERIALIZED (
-    SELECT p.id, p.priority, p.due_at
-    FROM open_queues
-    CROSS JOIN LATERAL (
-        SELECT id, priority, due_at FROM durable_run
-        WHERE queue = open_queues.name
-          AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-          AND due_at <= statement_timestamp()
-          AND (p_workflows::text[] IS NULL OR workflow = ANY (p_workflows::text[])
-               OR workflow LIKE ANY (p_prefixes::text[]))
-        ORDER BY priority DESC, due_at
-        LIMIT LEAST(open_queues.room, p_limit)
-        FOR UPDATE SKIP LOCKED
-    ) AS p
-    ORDER BY p.priority DESC, p.due_at
-    LIMIT p_limit
-)
-UPDATE durable_run SET
-    status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
-    due_at = CASE WHEN status = 'compensating' THEN NULL ELSE durable_run.due_at END,
-    worker_id = p_worker,
-    lease_expires_at = statement_timestamp() + p_lease,
-    fence = fence + 1,
-    started_at = COALESCE(started_at, statement_timestamp())
-WHERE durable_run.id = ANY (ARRAY(SELECT id FROM picked))
-RETURNING durable_run.*
-"""
-)
-
-# The claim as a function (PostgreSQL; installed by migration 0013 through
-# store.functions). A function keeps the plan of its statement for the life of the
-# database session: a worker's claim is planned once, not at every call (planning
-# this statement costs several times what running it does). The generic plan is
-# the one the claim index was built for (tests/test_explain.py shows it). Not
-# knowing p_limit, it estimates a backlog's worth of picked rows, a cost above
-# jit_above_cost: without "jit = off" PostgreSQL would compile the plan to machine
-# code at every call, hundreds of milliseconds for a statement that runs in one.
-CLAIM_FUNCTION = (
-    """
-CREATE OR REPLACE FUNCTION durable_claim(
-    p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
-    p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval
-) RETURNS SETOF durable_run
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-SET jit = off
-AS $claim$
-BEGIN
-    RETURN QUERY
-"""
-    + CLAIM_QUERY
-    + """;
-END
-$claim$
-"""
-)
-
-# The call of durable_claim: the claimed runs' columns, in the model's field order.
+# Claim up to %(limit)s due runs in one statement (PostgreSQL): a call of
+# durable_claim_v1 (django_durable/migrations/sql/durable_claim_v1.sql says how: the
+# queues served, their room, the runs picked through durable_run_claim with FOR
+# UPDATE SKIP LOCKED; store/functions.py why a function). The claimed runs'
+# columns, in the model's field order.
 CLAIM = """
 SELECT id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at
-FROM durable_claim(
+    recoveries, step_names, trace_context, created_at, started_at, finished_at,
+    rerun_of_id, rerun_from_step, inputs
+FROM durable_claim_v1(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
     %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval
 )
@@ -216,8 +98,8 @@ RETURNING *
 def priority_levels(queue: str) -> str:
     """``levels``: the priority levels in use among the claimable runs of the queue
     named by the SQL expression ``queue``, highest first, read from durable_run_claim
-    by a loose index scan (one probe per level). Shared by NEXT_DUE_AT and the queue
-    depth (store.depth); composed once, at import."""
+    by a loose index scan (one probe per level), as durable_next_due_at_v1 reads them:
+    for the queue depth (store.depth); composed once, at import."""
     return f"""    WITH RECURSIVE levels(priority) AS (
         (SELECT priority FROM durable_run
          WHERE queue = {queue}
@@ -236,53 +118,9 @@ def priority_levels(queue: str) -> str:
 
 
 # When the next claimable run of the open queues is due (PostgreSQL), for an idle
-# worker's wait: a queue with no room (its limit reached) is left out, its runs wait
-# for a slot, not a time. Per queue, durable_run_claim is read priority by priority
-# (a loose index scan over the few priorities in use), the first entry of each.
-NEXT_DUE_AT_QUERY = (
-    "WITH "
-    + _OPEN_QUEUES
-    + """
-SELECT min(first.due_at)
-FROM open_queues
-CROSS JOIN LATERAL (
-"""
-    + priority_levels("open_queues.name")
-    + """    SELECT (SELECT due_at FROM durable_run
-            WHERE queue = open_queues.name AND priority = levels.priority
-              AND status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-            ORDER BY due_at LIMIT 1) AS due_at
-    FROM levels
-    WHERE levels.priority IS NOT NULL
-) AS first
-WHERE open_queues.room > 0
-"""
-)
-
-# NEXT_DUE_AT as a function, its plan kept per session like durable_claim's (and
-# like it never compiled by JIT): an idle worker asks it after every claim that did
-# not fill its threads.
-NEXT_DUE_AT_FUNCTION = (
-    """
-CREATE OR REPLACE FUNCTION durable_next_due_at(
-    p_queues text[], p_limit integer, p_limited text[], p_caps integer[]
-) RETURNS timestamptz
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-SET jit = off
-AS $next_due$
-BEGIN
-    RETURN (
-"""
-    + NEXT_DUE_AT_QUERY
-    + """    );
-END
-$next_due$
-"""
-)
-
+# worker's wait: a call of durable_next_due_at_v1 (its migration's file says how).
 NEXT_DUE_AT = """
-SELECT durable_next_due_at(
+SELECT durable_next_due_at_v1(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[]
 )
 """
@@ -319,6 +157,9 @@ CLAIMED_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "rerun_of_id",
+    "rerun_from_step",
+    "inputs",
 )
 
 

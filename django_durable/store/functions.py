@@ -1,48 +1,53 @@
 """The store's PL/pgSQL functions (PostgreSQL): the hot statements a connection
-runs again and again (a start, a claim, a step's record), kept as functions so that
-each database session plans them once (a function's statements keep their plans
-for the session), not at every call, and so that a start whose key is taken still
-takes one round trip. Each function's text is a named constant in the module of its
-concern; this module lists them and installs them.
+runs again and again (a start, a claim, its next-due look-up, a step's record),
+kept as functions so that each database session plans them once (a function's
+statements keep their plans for the session), and so that a start whose key is
+taken still takes one round trip.
 
-They are installed by migration 0013 with CREATE OR REPLACE, from the definitions
-here: a later change to a function's body comes with a migration that installs
-them again, and a change of its arguments or result also drops the old one first
-(0014, 0016 and 0017 did, for durable_start; 0018 and 0019 changed only its body).
+Each function's text lives in the migration that creates it, as a file it reads
+by name (``django_durable/migrations/sql/<name>_v<N>.sql``), under a versioned
+name: ``durable_start_v1``. A released file is never edited. A change is a new
+version beside the old one (``durable_start_v2``, created by a new migration),
+which the next release's code calls while the previous release's processes
+still call ``_v1``; ``_v1`` is dropped only in a later release (expand, then
+contract: docs/production.md, "Upgrading"). ``CURRENT`` names the version this
+code calls; tests/test_migrations.py checks it is the newest a migration creates,
+and that every released file is unchanged.
+
 Statements calling them go through Django's cursor like every other statement, and
-a function call is one simple statement, so PgBouncer in transaction pooling mode
-runs them as it runs the rest.
+a call is one simple statement, so PgBouncer in transaction pooling mode runs them
+as it runs the rest.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
 
 from django_durable.store.base import fetchall
-from django_durable.store.claims import CLAIM_FUNCTION, NEXT_DUE_AT_FUNCTION
-from django_durable.store.starts import START_FUNCTION
-from django_durable.store.steps import RECORD_STEP_FUNCTION
 
 __all__ = [
-    "FUNCTION_NAMES",
-    "install_functions",
-    "installing",
+    "CURRENT",
+    "definition",
+    "install_missing_functions",
+    "missing_functions",
     "outdated_functions",
-    "replacing",
-    "uninstall_functions",
 ]
 
-# Each function's name and its CREATE OR REPLACE statement.
-FUNCTIONS = {
-    "durable_start": START_FUNCTION,
-    "durable_claim": CLAIM_FUNCTION,
-    "durable_next_due_at": NEXT_DUE_AT_FUNCTION,
-    "durable_record_step": RECORD_STEP_FUNCTION,
+# The version of each function this code calls (the names in store/starts.py,
+# claims.py and steps.py).
+CURRENT = {
+    "durable_start": "durable_start_v1",
+    "durable_claim": "durable_claim_v1",
+    "durable_next_due_at": "durable_next_due_at_v1",
+    "durable_record_step": "durable_record_step_v1",
 }
 
-FUNCTION_NAMES = tuple(FUNCTIONS)
+# Where the migrations keep the functions' text, one file per version.
+SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"
 
-# The installed bodies of the store's functions (the text between their dollar
+# The installed bodies of the given functions (the text between their dollar
 # quotes), by name, among the functions the search path finds.
 INSTALLED_BODIES = """
 SELECT proname, prosrc FROM pg_proc
@@ -50,56 +55,68 @@ WHERE proname = ANY (%s) AND pg_function_is_visible(oid)
 """
 
 
-def _body(statement: str) -> str:
+@functools.cache
+def definition(versioned: str) -> str:
+    """The CREATE statement of ``versioned`` (``durable_start_v1``), as its migration
+    runs it."""
+    return (SQL_DIR / f"{versioned}.sql").read_text(encoding="utf-8")
+
+
+def body(statement: str) -> str:
     """The body of a CREATE FUNCTION statement: what PostgreSQL keeps as ``prosrc``."""
     return re.search(r"AS (\$\w+\$)(.*)\1", statement, re.S).group(2)
 
 
 def outdated_functions() -> dict[str, str]:
-    """Each function of the store that its database lacks ("missing") or holds with
-    another body than this version's ("out of date"); empty when all are current."""
-    installed = dict(fetchall(INSTALLED_BODIES, [list(FUNCTIONS)]))
+    """Each function this code calls that its database lacks ("missing") or holds with
+    another body than its migration's ("out of date"); empty when all are current."""
+    names = list(CURRENT.values())
+    installed = dict(fetchall(INSTALLED_BODIES, [names]))
     outdated = {}
-    for name, statement in FUNCTIONS.items():
+    for name in names:
         if name not in installed:
             outdated[name] = "missing"
-        elif installed[name] != _body(statement):
+        elif installed[name] != body(definition(name)):
             outdated[name] = "out of date"
     return outdated
 
 
-def install_functions(connection) -> None:
-    """Create or replace every function on ``connection`` (PostgreSQL only)."""
+def missing_functions(connection) -> list[str]:
+    """The functions this code calls that ``connection``'s database lacks."""
+    names = list(CURRENT.values())
+    with connection.cursor() as cursor:
+        cursor.execute(INSTALLED_BODIES, [names])
+        installed = {name for name, _body in cursor.fetchall()}
+    return [name for name in names if name not in installed]
+
+
+def install_missing_functions(connection) -> list[str]:
+    """Create the functions this code calls that ``connection``'s database lacks, from
+    their migration's text; return their names. For a database whose tables were made
+    without migrations (pytest-django's ``--nomigrations``, a test database with
+    ``"MIGRATE": False``): apps.py calls it after such a ``migrate``. A function that
+    is there is left as it is (the migrations are its history)."""
+    missing = missing_functions(connection)
+    with connection.cursor() as cursor:
+        for name in missing:
+            cursor.execute(definition(name))
+    return missing
+
+
+def after_migrate(sender, using, **kwargs) -> None:
+    """``post_migrate``: on a PostgreSQL database whose tables for django-durable were
+    made without its migrations (``--nomigrations``, ``"TEST": {"MIGRATE": False}``,
+    ``MIGRATION_MODULES`` set to None), create the functions this code calls, as its
+    migrations would have. With migrations, ``migrate`` made them: nothing to do."""
+    from django.db import connections
+    from django.db.migrations.loader import MigrationLoader
+
+    connection = connections[using]
     if connection.vendor != "postgresql":
         return
-    with connection.cursor() as cursor:
-        for statement in FUNCTIONS.values():
-            cursor.execute(statement)
-
-
-def installing(apps, schema_editor) -> None:
-    """A migration's ``RunPython`` that installs every function (PostgreSQL only)."""
-    install_functions(schema_editor.connection)
-
-
-def replacing(earlier: str):
-    """A migration's ``RunPython`` that drops a function whose arguments or result
-    changed (``earlier``: its ``DROP FUNCTION IF EXISTS`` with the old signature), then
-    installs every function (PostgreSQL only)."""
-
-    def install(apps, schema_editor) -> None:
-        if schema_editor.connection.vendor != "postgresql":
-            return
-        schema_editor.execute(earlier)
-        installing(apps, schema_editor)
-
-    return install
-
-
-def uninstall_functions(connection) -> None:
-    """Drop every function on ``connection`` (the migration's reverse)."""
-    if connection.vendor != "postgresql":
+    module, _explicit = MigrationLoader.migrations_module(sender.label)
+    if module is not None:
         return
-    with connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute(f"DROP FUNCTION IF EXISTS {name}")
+    if "durable_run" not in connection.introspection.table_names():
+        return
+    install_missing_functions(connection)

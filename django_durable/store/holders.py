@@ -89,13 +89,21 @@ def replace_holder(holder_id: uuid.UUID, error: dict) -> bool:
     )
 
 
-def update_pending_input(run_id: uuid.UUID, input: dict, **fields: Any) -> bool:
-    """Give a run that no worker has picked up a newer input (debounce, run_again)."""
-    return bool(
-        Run.objects.filter(id=run_id, status=Status.PENDING, started_at__isnull=True).update(
-            input=input, **fields
-        )
-    )
+def update_pending_input(run_id: uuid.UUID, input: dict, *, keep: int, **fields: Any) -> bool:
+    """Give a run that no worker has picked up a newer input (debounce, run_again),
+    folded into its inputs (``folded``: at most ``keep``)."""
+    with atomic():
+        runs = Run.objects.filter(id=run_id, status=Status.PENDING, started_at__isnull=True)
+        found = runs.select_for_update().values_list("input", "inputs").first()
+        if found is None:
+            return False
+        return bool(runs.update(input=input, inputs=folded(*found, input, keep), **fields))
+
+
+def folded(first: dict, inputs: list | None, input: dict, keep: int) -> list:
+    """A run's ``inputs`` once ``input`` replaced its input ``first``: oldest first, the
+    newest ``keep`` of them (``inputs`` NULL: nothing was folded before)."""
+    return [*(inputs if inputs is not None else [first]), input][-keep:]
 
 
 def get_waiting_behind(workflow: str, key: str, *, lock: bool = False) -> Run | None:
@@ -111,8 +119,13 @@ def get_waiting_behind(workflow: str, key: str, *, lock: bool = False) -> Run | 
     ).first()
 
 
-def update_waiting_input(run_id: uuid.UUID, input: dict) -> None:
-    Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False).update(input=input)
+def update_waiting_input(run_id: uuid.UUID, input: dict, *, keep: int) -> None:
+    """The run waiting behind a key (locked by the caller) takes a newer input, folded
+    into its inputs like ``update_pending_input``'s."""
+    runs = Run.objects.filter(id=run_id, status=Status.PENDING, holds_key=False)
+    found = runs.values_list("input", "inputs").first()
+    if found is not None:
+        runs.update(input=input, inputs=folded(*found, input, keep))
 
 
 def move_waiting_behind(workflow: str, key: str, holder_id: uuid.UUID) -> None:

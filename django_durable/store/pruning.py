@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 
 from django_durable.models import (
     ACTIVE_STATUSES,
@@ -40,8 +40,9 @@ TRY_PRUNE_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
 PRUNE_LOCK_KEY = int.from_bytes(b"durable\x00", "big")
 
 
-def prunable(before: datetime):
-    """Finished top-level runs that finished before ``before``.
+def prunable(before: datetime | None, condition: Q | None = None):
+    """Finished top-level runs that finished before ``before`` (None: any time) and
+    match ``condition`` (the per-workflow retention: operations.retention).
 
     A child goes with its parent, never alone, so a parent's record of its
     children stays whole. A run another run still waits behind (``run_again``)
@@ -51,9 +52,12 @@ def prunable(before: datetime):
         runs_after=OuterRef("pk"), status=Status.PENDING, holds_key=False
     )
     active_child = Run.objects.filter(parent=OuterRef("pk"), status__in=ACTIVE_STATUSES)
-    return Run.objects.filter(
-        status__in=FINISHED_STATUSES, finished_at__lt=before, parent__isnull=True
-    ).exclude(Exists(waiting_behind) | Exists(active_child))
+    runs = Run.objects.filter(status__in=FINISHED_STATUSES, parent__isnull=True)
+    if before is not None:
+        runs = runs.filter(finished_at__lt=before)
+    if condition is not None:
+        runs = runs.filter(condition)
+    return runs.exclude(Exists(waiting_behind) | Exists(active_child))
 
 
 def _tree_blocked(root_ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], set[uuid.UUID]]:
@@ -83,8 +87,11 @@ def _tree_blocked(root_ids: list[uuid.UUID]) -> tuple[list[uuid.UUID], set[uuid.
     return ids, blocked
 
 
-def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> int:
-    """Delete finished runs that finished before ``before`` with their children,
+def prune_runs(
+    before: datetime | None, batch_size: int, *, dry_run: bool = False, condition: Q | None = None
+) -> int:
+    """Delete finished runs that finished before ``before`` (and match ``condition``:
+    ``prunable``) with their children,
     ``batch_size`` top-level runs per short transaction, so a large table is never
     locked for long. A deleted holder's key is free again. Returns how many runs
     were (or, with ``dry_run``, would be) deleted, children included."""
@@ -95,7 +102,7 @@ def prune_runs(before: datetime, batch_size: int, *, dry_run: bool = False) -> i
             if is_postgres() and not fetchone(TRY_PRUNE_LOCK, [PRUNE_LOCK_KEY])[0]:
                 return total  # another node is pruning
             roots = list(
-                prunable(before)
+                prunable(before, condition)
                 .exclude(id__in=skipped)
                 .order_by("finished_at")
                 .values_list("id", flat=True)[:batch_size]

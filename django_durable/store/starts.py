@@ -73,6 +73,9 @@ RUN_COLUMNS = (
     "created_at",
     "started_at",
     "finished_at",
+    "rerun_of_id",
+    "rerun_from_step",
+    "inputs",
 )
 
 # Insert a run unless its key is taken (PostgreSQL and SQLite).
@@ -81,74 +84,22 @@ INSERT INTO durable_run (
     id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at
+    recoveries, step_names, trace_context, created_at, started_at, finished_at,
+    rerun_of_id, rerun_from_step, inputs
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
     %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s
+    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# The holder of a key, read through the unique index durable_run_one_holder_per_key
-# (no row: no run holds the key): a statement of durable_start (below), whose
-# arguments (p_ names) it reads, and which reads it ``INTO holder``.
-HOLDER = """
-SELECT h.id, h.workflow, h.queue, h.status, h.input, h."key", h.holds_key, h.due_at,
-       h.debounce_deadline, h.started_at
-FROM durable_run AS h
-WHERE h.workflow = p_workflow AND h."key" = p_key AND h.holds_key
-"""
-
-# The duplicate's activity row, which durable_start writes when the holder is in a
-# state in which the start only answers (p_answers: 'status:picked_up' strings,
-# comma-separated, from keys.holder_answers; empty when the caller records the
-# duplicate itself).
-NOTE_DUPLICATE = """
-INSERT INTO durable_activity (kind, run_id, workflow, "key", details, created_at)
-VALUES (
-    'key_duplicate', holder.id, holder.workflow, holder."key",
-    jsonb_build_object(
-        'key', holder."key", 'workflow', holder.workflow, 'outcome', p_outcome,
-        'input_changed', holder.input IS DISTINCT FROM p_input, 'input', p_input),
-    p_created_at
-)
-"""
-
-# durable_start's answer when a run holds the key (HOLDER found it), one JSON value:
-# a noted duplicate needs only the holder's id; otherwise the start decides from the
-# holder's columns (HOLDER_ATTNAMES). A block of the function, run as its statements
-# say: the activity row is written only for a duplicate the start just answers.
-_ANSWER_FROM_HOLDER = (
-    HOLDER.rstrip()
-    + """
-    INTO holder;
-    IF FOUND THEN
-        IF holder.status || ':' || (holder.started_at IS NOT NULL)::text
-           = ANY (string_to_array(p_answers, ',')) THEN
-"""
-    + NOTE_DUPLICATE.rstrip()
-    + """;
-            RETURN jsonb_build_object(
-                'id', holder.id, 'noted', true,
-                'input_changed', holder.input IS DISTINCT FROM p_input);
-        END IF;
-        RETURN jsonb_build_object(
-            'id', holder.id, 'workflow', holder.workflow, 'queue', holder.queue,
-            'status', holder.status, 'input', holder.input, 'key', holder."key",
-            'holds_key', holder.holds_key, 'due_at', holder.due_at,
-            'debounce_deadline', holder.debounce_deadline, 'started_at', holder.started_at,
-            'noted', false, 'input_changed', holder.input IS DISTINCT FROM p_input);
-    END IF;
-"""
-)
-
-# The columns a start gives a new run (the arguments of durable_start, with their
-# types); every other column begins as a new Run's default, which START_INSERT
+# The columns a start gives a new run (the arguments of durable_start_v1, with their
+# types); every other column begins as a new Run's default, which the function
 # writes as a constant (tests/test_statements.py compares them with the model's).
 START_COLUMNS = {
     "id": "uuid",
@@ -169,91 +120,14 @@ START_COLUMNS = {
     "created_at": "timestamptz",
 }
 
-# The insert of a start (PostgreSQL), a statement of durable_start (below): a new
-# run from its arguments (START_COLUMNS) and a new run's defaults, unless its key has
-# a holder. The conflict it answers is named (durable_run_one_holder_per_key), so the
-# insert probes only that index before it writes: with no target, every unique index
-# is probed, the primary key's too, and a run id that was taken would be answered as
-# if its key were. A start never inserts a run waiting behind a holder (run_again
-# inserts those with INSERT_RUN), so durable_run_one_waiting_per_key never applies.
-START_INSERT = """
-INSERT INTO durable_run (
-    id, workflow, queue, status, priority, input, context, result, error, "key",
-    holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
-    debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at
-) VALUES (
-    p_id, p_workflow, p_queue, 'pending', p_priority, p_input, p_context, NULL, NULL, p_key,
-    p_holds_key, p_runs_after_id, p_parent_id, 0, 1, p_due_at, p_timeout_at,
-    p_debounce_deadline, NULL, '{}', NULL, NULL, 0,
-    0, p_step_names, p_trace_context, p_created_at, NULL, NULL
-)
-ON CONFLICT (workflow, "key") WHERE holds_key DO NOTHING
-"""
-
-# A start on PostgreSQL, in one round trip whether the key is free or taken: a
-# function (installed by migrations 0013, 0014, 0016, 0017, 0018 and 0019 through
-# store.functions), so its statements are planned once per database session, not
-# at every start.
-# A run that would hold a key first looks for the key's holder (HOLDER, a read
-# through the unique index): a duplicate is answered without an INSERT, which opens
-# every index of durable_run even when it inserts nothing. Only a duplicate that the
-# start just answers writes its activity row (NOTE_DUPLICATE): a new key pays one
-# index probe, not the setup of an insert into durable_activity.
-# Then it inserts the run unless that breaks a key constraint (ON CONFLICT DO
-# NOTHING: a taken key is an answer, never an error that would abort the caller's
-# transaction); a run that went in and is due now (p_wake) wakes an idle worker
-# with a NOTIFY, delivered at commit. Otherwise, for a keyed run, it looks for the
-# holder again, in a statement of its own, so in READ COMMITTED it sees a holder
-# that committed while the insert waited for it.
-# It returns one value, not a table (a call returning a table costs the server
-# about 20 us more to plan and the client a loader per column): JSON true for a run
-# that went in, the answer from the holder (_ANSWER_FROM_HOLDER), or NULL when
-# nothing went in and no run holds the key any more.
-START_FUNCTION = (
-    """
-CREATE OR REPLACE FUNCTION durable_start(
-    p_id uuid, p_workflow varchar, p_queue varchar, p_priority integer, p_input jsonb,
-    p_context jsonb, p_key varchar, p_holds_key boolean, p_runs_after_id uuid, p_parent_id uuid,
-    p_due_at timestamptz, p_timeout_at timestamptz, p_debounce_deadline timestamptz,
-    p_step_names jsonb, p_trace_context jsonb, p_created_at timestamptz,
-    p_wake boolean, p_channel text, p_outcome text, p_answers text
-) RETURNS jsonb
-LANGUAGE plpgsql
-AS $start$
-DECLARE
-    holder record;
-BEGIN
-    IF p_holds_key THEN
-"""
-    + _ANSWER_FROM_HOLDER
-    + """    END IF;
-"""
-    + START_INSERT
-    + """;
-    IF FOUND THEN
-        IF p_wake THEN
-            PERFORM pg_notify(p_channel, p_queue);
-        END IF;
-        RETURN 'true'::jsonb;
-    END IF;
-    IF p_key IS NULL THEN
-        RETURN NULL;
-    END IF;
-"""
-    + _ANSWER_FROM_HOLDER
-    + """    RETURN NULL;
-END
-$start$
-"""
-)
-
-# The call of durable_start: the run's columns (START_COLUMNS), then the NOTIFY's
-# and the duplicate note's (the note's input is the run's: it goes once), in the
-# order of its parameters (a test compares them). The arguments carry no casts
-# (_start_params says how they go).
+# A start on PostgreSQL, in one round trip whether the key is free or taken: a call
+# of durable_start_v1 (django_durable/migrations/sql/durable_start_v1.sql says what
+# it does; store/functions.py why a function, and how its versions change). The
+# run's columns (START_COLUMNS), then the NOTIFY's and the duplicate note's (the
+# note's input is the run's: it goes once), in the order of its parameters (a test
+# compares them). The arguments carry no casts (_start_params says how they go).
 START = """
-SELECT durable_start(
+SELECT durable_start_v1(
     %(id)s, %(workflow)s, %(queue)s, %(priority)s, %(input)s, %(context)s, %(key)s,
     %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(due_at)s, %(timeout_at)s,
     %(debounce_deadline)s, %(step_names)s, %(trace_context)s, %(created_at)s,
@@ -413,9 +287,12 @@ def run_params(run: NewRun, connection) -> dict[str, Any]:
 
 @functools.cache
 def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
-    """durable_start's p_answers, as START passes it: the holder states as
-    'status:picked_up' strings, comma-separated (one text, not an array to adapt)."""
-    return ",".join(sorted(f"{status}:{str(picked).lower()}" for status, picked in holder_states))
+    """durable_start_v1's p_answers (a text[]), as START passes it: the holder states
+    ``keys.holder_answers`` computed from the key rules (``(status, picked_up)``),
+    each as the function reads a holder's state ('completed:true'), in PostgreSQL's
+    text form of an array, which the function's parameter reads as its type (a text
+    quotes faster than a list adapts)."""
+    return "{" + ",".join(sorted(f"{s}:{str(p).lower()}" for s, p in holder_states)) + "}"
 
 
 def wake_params(run: NewRun, connection) -> dict[str, Any]:
@@ -453,7 +330,7 @@ def insert_or_get_holder(
     params = _start_params(run)
     params.update(wake_params(run, connection))
     params["outcome"] = note.outcome if note is not None else None
-    params["answers"] = _answers(note.holder_states) if note is not None else ""
+    params["answers"] = _answers(note.holder_states) if note is not None else "{}"
     (answer,) = fetchone(START, params, connection)
     if answer == "true":  # the run went in (the common answer: no JSON to parse)
         return _INSERTED

@@ -45,78 +45,12 @@ __all__ = [
     "record_suspended",
 ]
 
-# A step's record as one function call (PostgreSQL; installed by migration 0013
-# through store.functions, which keeps its plans for the database session: a
-# worker's records are planned once, not at every step). The fenced UPDATE of the
-# run (by primary key: it must still be running under the claim's fence), one of
-# four by p_change:
-#   'next'   a step completed and the run goes on to the next one;
-#   'last'   the last step completed: the run is completed, its result the output;
-#   'retry'  a step failed with attempts left: pending again, due at p_due_at;
-#   'failed' a step failed for good, and so does the run;
-# then, only when the UPDATE changed the run, the attempt's row. Returns the
-# attempt's id, or NULL when the run is not this worker's any more (nothing written).
-# One statement for the caller, atomic on its own.
-RECORD_STEP_FUNCTION = """
-CREATE OR REPLACE FUNCTION durable_record_step(
-    p_change text, p_run uuid, p_fence integer, p_step_index integer, p_context jsonb,
-    p_state jsonb, p_due_at timestamptz, p_step varchar, p_attempt integer,
-    p_outcome varchar, p_output jsonb, p_error jsonb, p_logs jsonb, p_worker varchar,
-    p_started_at timestamptz, p_finished_at timestamptz
-) RETURNS bigint
-LANGUAGE plpgsql
-AS $record$
-DECLARE
-    owned uuid;
-    recorded bigint;
-BEGIN
-    IF p_change = 'next' THEN
-        UPDATE durable_run
-        SET step_index = p_step_index + 1, attempt = 1, context = p_context,
-            waiting_for = NULL, state = p_state
-        WHERE id = p_run AND fence = p_fence AND status = 'running'
-        RETURNING id INTO owned;
-    ELSIF p_change = 'last' THEN
-        UPDATE durable_run
-        SET step_index = p_step_index + 1, attempt = 1, context = p_context,
-            waiting_for = NULL, state = p_state, status = 'completed', result = p_output,
-            finished_at = p_finished_at, due_at = NULL, lease_expires_at = NULL
-        WHERE id = p_run AND fence = p_fence AND status = 'running'
-        RETURNING id INTO owned;
-    ELSIF p_change = 'retry' THEN
-        UPDATE durable_run
-        SET status = 'pending', attempt = p_attempt + 1, due_at = p_due_at,
-            worker_id = NULL, lease_expires_at = NULL, state = p_state
-        WHERE id = p_run AND fence = p_fence AND status = 'running'
-        RETURNING id INTO owned;
-    ELSIF p_change = 'failed' THEN
-        UPDATE durable_run
-        SET status = 'failed', error = p_error, finished_at = p_finished_at,
-            due_at = NULL, lease_expires_at = NULL, state = p_state
-        WHERE id = p_run AND fence = p_fence AND status = 'running'
-        RETURNING id INTO owned;
-    ELSE
-        RAISE EXCEPTION 'durable_record_step: unknown change %', p_change;
-    END IF;
-    IF owned IS NULL THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO durable_step_attempt (
-        run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
-        started_at, finished_at
-    ) VALUES (
-        owned, 'step', p_step, p_step_index, p_attempt, p_outcome, p_output, p_error,
-        p_logs, p_worker, p_started_at, p_finished_at
-    )
-    RETURNING id INTO recorded;
-    RETURN recorded;
-END
-$record$
-"""
-
-# The call of durable_record_step.
+# A step's record as one function call (PostgreSQL), atomic on its own: the fenced
+# UPDATE of the run, then its attempt's row when the run is still this worker's
+# (django_durable/migrations/sql/durable_record_step_v1.sql; store/functions.py why
+# a function). Returns the attempt's id, or NULL: the run is not this worker's.
 RECORD_STEP = """
-SELECT durable_record_step(
+SELECT durable_record_step_v1(
     %(change)s::text, %(run_id)s::uuid, %(fence)s::integer, %(step_index)s::integer,
     %(context)s::jsonb, %(state)s::jsonb, %(due_at)s::timestamptz, %(step)s::varchar,
     %(attempt)s::integer, %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb,
@@ -347,7 +281,14 @@ def record_run_failed(run: Run, error: dict) -> None:
 
 @retry_deadlocks
 def record_suspended(
-    run: Run, step_name: str, started_at: datetime, context: dict, waits: list, wait
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    context: dict,
+    waits: list,
+    wait,
+    *,
+    partial: dict | None = None,
 ) -> None:
     """Suspend the run in a wait and free the worker.
 
@@ -355,6 +296,7 @@ def record_suspended(
     seen here (kept, then delivered at once) or finds the run waiting. Kept
     events answer the wait: the newest of each name it waits for (``wait_for_any``:
     the newest of them all). When they are all it needs, the run is due at once.
+    ``partial``: what the step changed in the context so far (``state.partial_changes``).
     """
     at = now()
     with atomic():
@@ -365,6 +307,8 @@ def record_suspended(
         state = run_state.suspended(
             locked.state, waits, wait, {slot: e.payload for slot, e in kept.items()}, at
         )
+        if partial is not None:
+            state = run_state.with_partial(state, partial)
         if kept:
             # Events sent before the run waited for them: delivered now.
             Event.objects.filter(id__in=[e.id for e in kept.values()]).update(delivered_at=at)

@@ -53,6 +53,15 @@ class Context(WaitMethods, AsyncContextMethods):
         return self._run.input
 
     @property
+    def inputs(self) -> list[dict[str, Any]]:
+        """Every input the run was started with, oldest first: its own first input and
+        those of the starts that ``debounce`` or ``on_duplicate="run_again"`` folded
+        into it (``input`` is the last). At most ``DURABLE["MAX_FOLDED_INPUTS"]``, the
+        newest; ``[input]`` when nothing was folded, and in a rerun."""
+        folded = self._run.inputs
+        return list(folded) if folded else [self._run.input]
+
+    @property
     def attempt(self) -> int:
         """The attempt of the current step: 1 the first time, 2 at the first retry..."""
         return self._run.attempt

@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_durable.exceptions import UnknownWorkflow
 from django_durable.workflows.cron import check_cron, check_timezone
 from django_durable.workflows.durations import as_timedelta
+from django_durable.workflows.retention import validated_retention
 
 if TYPE_CHECKING:
     # Only for the annotations: the context module needs the store, this one doesn't.
@@ -311,7 +312,8 @@ class Workflow:
 
     Class attributes: ``name``, ``reuse``, ``on_duplicate``, ``debounce``,
     ``timeout``, ``queue``, ``priority`` (higher is claimed first within the queue),
-    ``schedules``. Set ``abstract = True`` on a base
+    ``schedules``, ``retention`` (how long finished runs are kept, per status:
+    ``workflows.retention``). Set ``abstract = True`` on a base
     class that has no steps of its own.
     """
 
@@ -323,6 +325,7 @@ class Workflow:
     queue: ClassVar[str] = "default"
     priority: ClassVar[int] = 0
     schedules: ClassVar[list[Cron]] = []
+    retention: ClassVar[dict[str, timedelta | None] | None] = None
     steps: ClassVar[tuple[StepDef, ...]] = ()
     _step_names: ClassVar[tuple[str, ...]] = ()
 
@@ -381,6 +384,10 @@ def _check_definition(cls: type[Workflow]) -> None:
             raise ImproperlyConfigured(str(exc)) from None
     if not isinstance(cls.queue, str) or not cls.queue:
         raise ImproperlyConfigured(f"{where}: queue must be a non-empty string")
+    try:
+        cls.retention = validated_retention(cls.retention, where)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
     if not isinstance(cls.priority, int) or isinstance(cls.priority, bool):
         raise ImproperlyConfigured(f"{where}: priority must be an int")
     if not cls.steps:

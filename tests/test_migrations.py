@@ -1,0 +1,201 @@
+"""The migrations are the schema's history, frozen: none runs the package's code, and
+the text of every database function lives in the migration that creates it (a file
+of migrations/sql/ it reads by name), under a versioned name that the code calls.
+A function's body cannot change without a new version in a new migration."""
+
+import ast
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_durable.store import claims, functions, starts, steps
+
+MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
+
+# What a migration may import from the package: what Django names by its path in a
+# migration's state, which therefore never moves (db_functions says so).
+ALLOWED_IMPORTS = {"django_durable.db_functions"}
+
+# Every released function file (its name without .sql) and its SHA-256. A released
+# file is never edited: a change is a new file (<name>_v<N+1>.sql) created by a new
+# migration, beside the old one, which a later release drops (docs/production.md,
+# "Upgrading"). Add a line here for the new file; never change one.
+RELEASED = {
+    "durable_claim_v1": "0f1a19823e342295fcbdbd696e7313b1625a614da2dc6f2036b85aeeeaf796d4",
+    "durable_next_due_at_v1": "c59e383adf05ff02686f603faf99f2c90a7fb7aec66bf1d6f6793fc8eaffc1dd",
+    "durable_record_step_v1": "8d0c5d188e374deb5f118d0d39e09693acf4f6174cb7c5221645c960991aed68",
+    "durable_start_v1": "7a4ff0ff116df096a8f14d787563ab5eb994da1c8f13b7dcc7bec7ba5af5e329",
+}
+
+
+def migration_files() -> list[Path]:
+    return sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (``import x``, ``from x import y``,
+    ``importlib.import_module("x")``)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." * node.level + (node.module or ""))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("import_module", "__import__")
+        ):
+            found.add("<dynamic import>")
+    return found
+
+
+def test_no_migration_imports_the_packages_code():
+    assert migration_files()
+    for path in migration_files():
+        ours = {
+            name
+            for name in imported_modules(path)
+            if name.startswith((".", "django_durable", "<dynamic"))
+        }
+        assert ours <= ALLOWED_IMPORTS, (path.name, ours - ALLOWED_IMPORTS)
+
+
+def test_the_import_check_sees_every_way_of_importing():
+    """The check above would see the imports migrations 0013-0020 made before 0.2."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "0002_x.py"
+        path.write_text(
+            "import importlib\n"
+            "from django_durable.store.functions import installing\n"
+            "import django_durable.db_types\n"
+            "def f():\n    from . import other\n"
+            "m = importlib.import_module('django_durable.migrations.0001_initial')\n"
+        )
+        assert imported_modules(path) == {
+            "importlib",
+            "django_durable.store.functions",
+            "django_durable.db_types",
+            ".",
+            "<dynamic import>",
+        }
+
+
+def created_versions() -> dict[str, list[str]]:
+    """Each function's versions, in the order the migrations create them: the
+    ``<name>_v<N>`` files each migration names."""
+    versions: dict[str, list[str]] = {}
+    for path in migration_files():
+        for name, number in re.findall(r'"(durable_\w+?)_v(\d+)"', path.read_text()):
+            versions.setdefault(name, []).append(f"{name}_v{number}")
+    return versions
+
+
+def test_the_code_calls_the_newest_version_a_migration_creates():
+    versions = created_versions()
+    assert set(versions) == set(functions.CURRENT)
+    for name, versioned in functions.CURRENT.items():
+        newest = max(versions[name], key=lambda v: int(v.rsplit("_v", 1)[1]))
+        assert versioned == newest, name
+    calls = {
+        "durable_start": starts.START,
+        "durable_claim": claims.CLAIM,
+        "durable_next_due_at": claims.NEXT_DUE_AT,
+        "durable_record_step": steps.RECORD_STEP,
+    }
+    for name, call in calls.items():
+        called = set(re.findall(r"\b(durable_\w+)\(", call))
+        assert called == {functions.CURRENT[name]}, (name, called)
+
+
+def test_every_function_file_is_created_by_a_migration_and_defines_its_name():
+    named = {v for versions in created_versions().values() for v in versions}
+    files = {path.stem for path in (MIGRATIONS / "sql").glob("*.sql")}
+    assert files == named
+    for name in files:
+        text = functions.definition(name)
+        assert re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", text) == [name]
+
+
+def test_a_released_function_file_never_changes():
+    files = {path.stem: path for path in (MIGRATIONS / "sql").glob("*.sql")}
+    assert set(files) == set(RELEASED), (
+        "a new function file: add its SHA-256 to RELEASED (and never edit a released one)"
+    )
+    for name, path in files.items():
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert digest == RELEASED[name], (
+            f"{name} changed: a released function is never edited; create "
+            "<name>_v<N+1>.sql in a new migration and call it (docs/production.md)"
+        )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_database_holds_the_text_of_the_functions_the_code_calls():
+    """What ``migrate`` installed is what the files say, byte for byte (the body
+    PostgreSQL keeps), under the names the code calls; and nothing else of ours."""
+    assert functions.outdated_functions() == {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proname, prosrc, pg_get_functiondef(oid) FROM pg_proc "
+            "WHERE proname LIKE 'durable%%' AND pg_function_is_visible(oid)"
+        )
+        installed = {name: (source, full) for name, source, full in cursor.fetchall()}
+    assert set(installed) == set(functions.CURRENT.values())
+    for name, (source, full) in installed.items():
+        text = functions.definition(name)
+        assert source == functions.body(text)
+        signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", text, re.S).group(1)
+        for argument in signature.split(","):
+            assert argument.split()[0] in full, (name, argument)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+@pytest.mark.parametrize("reuse", ["after_close", "after_failure", "never"])
+@pytest.mark.parametrize("policy", ["use_existing", "error"])
+def test_durable_start_answers_from_the_key_rules_table(reuse, policy):
+    """durable_start_v1 notes a duplicate (and only answers) in exactly the holder
+    states ``keys.holder_answers`` computes from the rules table, cell by cell: the
+    database reads the one table, passed as its text[] p_answers."""
+    import uuid
+
+    from django.utils import timezone
+
+    from django_durable import store
+    from django_durable.models import Activity, Run, Status
+    from django_durable.operations import keys
+    from django_durable.store.starts import DuplicateNote
+    from tests.factories import RunFactory
+
+    answers = keys.holder_answers(reuse=reuse, on_duplicate=policy)
+    assert answers  # the policies whose duplicates only answer
+    for status in Status.values:
+        for picked_up in (False, True):
+            key = f"{status}:{picked_up}"
+            at = timezone.now()
+            holder = RunFactory(key=key, status=status, started_at=at if picked_up else None)
+            run = store.NewRun(
+                id=uuid.uuid4(),
+                workflow=holder.workflow,
+                queue="default",
+                priority=0,
+                input={},
+                created_at=at,
+                key=key,
+                holds_key=True,
+            )
+            found = store.insert_or_get_holder(
+                run, note=DuplicateNote(outcome=policy, holder_states=answers)
+            )
+            assert not found.inserted and found.holder_id == holder.id
+            assert found.noted == ((status, picked_up) in answers), (status, picked_up)
+            noted = Activity.objects.filter(kind="key_duplicate", key=key).exists()
+            assert noted == found.noted
+            assert Run.objects.filter(key=key).count() == 1
