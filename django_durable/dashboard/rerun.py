@@ -121,24 +121,19 @@ def _log(user, original: Run, new_id: uuid.UUID, what: str, reason: str | None) 
 def rerun_from_step(request, run_admin, run_id):
     """ "Rerun from step…": a choice of the run's steps, then the rerun."""
     run = _run_or_404(run_id)
-    run_url = reverse("django_durable:run", args=[run.id])
     steps = rerun_steps(run)
     chosen = request.POST.get("from_step") or request.GET.get("from_step") or None
     ok, why = rerunning.explain_rerun(run, chosen)
     if request.method == "POST":
-        if not ok:
-            messages.error(request, f"Rerun refused: {why}")
-            return HttpResponseRedirect(run_url)
-        reason = actions.reason_of(request)
-        try:
-            new_id = rerunning.start_planned(rerunning.plan_rerun(run, chosen))
-        except _REFUSED as exc:
-            messages.error(request, f"Rerun {rerunning.refusal(exc)}")
-            return HttpResponseRedirect(run_url)
         where = f"from step {chosen!r}" if chosen else "from its first step"
-        _log(request.user, run, new_id, f"Rerun {where}", reason)
-        messages.success(request, f"Run {run.id} was started again {where} as run {new_id}.")
-        return HttpResponseRedirect(reverse("django_durable:run", args=[new_id]))
+        return _rerun_posted(
+            request,
+            run,
+            why if not ok else None,
+            lambda: rerunning.start_planned(rerunning.plan_rerun(run, chosen)),
+            f"Rerun {where}",
+            f"started again {where}",
+        )
     context = {
         **run_admin.admin_site.each_context(request),
         "title": f"Rerun run {run.id} from a step?",
@@ -170,22 +165,17 @@ def _dropped_input(run: Run, activity_id: int) -> dict:
 def rerun_with_input(request, run_admin, run_id, activity_id):
     """ "Rerun with this input": a rerun of the run with an input its key dropped."""
     run = _run_or_404(run_id)
-    run_url = reverse("django_durable:run", args=[run.id])
     payload = _dropped_input(run, activity_id)
     ok, why = rerunning.explain_rerun(run, None, payload)
     if request.method == "POST":
-        if not ok:
-            messages.error(request, f"Rerun refused: {why}")
-            return HttpResponseRedirect(run_url)
-        reason = actions.reason_of(request)
-        try:
-            new_id = rerunning.rerun(run.id, input=payload)
-        except _REFUSED as exc:
-            messages.error(request, f"Rerun {rerunning.refusal(exc)}")
-            return HttpResponseRedirect(run_url)
-        _log(request.user, run, new_id, f"Rerun with the input of re-add {activity_id}", reason)
-        messages.success(request, f"Run {run.id} was started again with that input as {new_id}.")
-        return HttpResponseRedirect(reverse("django_durable:run", args=[new_id]))
+        return _rerun_posted(
+            request,
+            run,
+            why if not ok else None,
+            lambda: rerunning.rerun(run.id, input=payload),
+            f"Rerun with the input of re-add {activity_id}",
+            "started again with that input",
+        )
     context = {
         **run_admin.admin_site.each_context(request),
         "title": f"Rerun run {run.id} with this input?",
@@ -255,3 +245,22 @@ def bulk(request, runs, context: dict):
         done=done,
     )
     return render(request, "django_durable/bulk_done.html", context)
+
+
+def _rerun_posted(request, run: Run, refused: str | None, start, logged: str, said: str):
+    """A confirmed rerun of ``run``: refused with the reason (``refused``, or the one
+    ``start`` raises), or started, written to the admin history as ``logged`` and
+    said as "Run <id> was <said> as run <new id>"; the redirect either way."""
+    run_url = reverse("django_durable:run", args=[run.id])
+    if refused is not None:
+        messages.error(request, f"Rerun refused: {refused}")
+        return HttpResponseRedirect(run_url)
+    reason = actions.reason_of(request)
+    try:
+        new_id = start()
+    except _REFUSED as exc:
+        messages.error(request, f"Rerun {rerunning.refusal(exc)}")
+        return HttpResponseRedirect(run_url)
+    _log(request.user, run, new_id, logged, reason)
+    messages.success(request, f"Run {run.id} was {said} as run {new_id}.")
+    return HttpResponseRedirect(reverse("django_durable:run", args=[new_id]))
