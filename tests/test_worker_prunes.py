@@ -85,6 +85,21 @@ def test_without_any_retention_the_worker_does_not_prune(settings):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_workflows_retention_alone_is_pruned(settings, define):
+    """A workflow's ``retention`` turns the worker's pruning on by itself: named
+    statuses are pruned without ``RUN_RETENTION`` (API.md §9)."""
+    settings.DURABLE = {"RUN_RETENTION": None, "ACTIVITY_RETENTION": None}
+    kept = define("kept_a_week", retention={"completed": durable.days(7)})
+    old = durable.start(kept)
+    Run.objects.filter(id=old).update(status="completed", finished_at=store.now() - OLD)
+    other = finished_long_ago()  # Noop names no retention: kept forever
+    upkeep = ticked(Maintenance(Worker()))
+    assert upkeep.pruning is not None
+    assert not Run.objects.filter(id=old).exists()
+    assert Run.objects.filter(id=other).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_activity_retention_alone_is_pruned(settings):
     settings.DURABLE = {"RUN_RETENTION": None}
     old = finished_long_ago()

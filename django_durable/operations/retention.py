@@ -14,7 +14,7 @@ from django_durable import conf
 from django_durable.workflows.definition import Workflow, registry
 from django_durable.workflows.retention import FINISHED
 
-__all__ = ["condition", "kept_for"]
+__all__ = ["condition", "kept_for", "limited"]
 
 
 def condition(at: datetime, default: timedelta | None) -> Q | None:
@@ -39,6 +39,16 @@ def condition(at: datetime, default: timedelta | None) -> Q | None:
     if not due:
         return Q(pk__in=[])
     return functools.reduce(operator.or_, due)
+
+
+def limited() -> bool:
+    """Whether some workflow keeps a finished status for a limited time (so the
+    worker's pruning has something to do even without ``RUN_RETENTION``)."""
+    return any(
+        keep is not None
+        for workflow in registry.all()
+        for keep in (workflow.retention or {}).values()
+    )
 
 
 def kept_for(workflow: type[Workflow]) -> list[tuple[str, timedelta | None, bool]]:

@@ -9,7 +9,8 @@
 - move on runs waiting behind a key whose holder finished (a crash can leave one);
 - fire due schedules;
 - prune every ``DURABLE["PRUNE_INTERVAL"]`` (an hour unless set; ``None`` turns it
-  off) while a retention is set (``RUN_RETENTION`` or ``ACTIVITY_RETENTION``): at the
+  off) while a retention is set (``RUN_RETENTION``, ``ACTIVITY_RETENTION`` or a
+  workflow's ``retention``): at the
   first round, then once per interval, on a thread of its own so that a long prune
   (the first one over a large table) never holds up recovery and schedules. Several
   workers prune one at a time (the store's advisory lock on PostgreSQL): one that
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from django_durable import conf, store, telemetry
-from django_durable.operations import finish, prune, schedules
+from django_durable.operations import finish, prune, retention, schedules
 from django_durable.runtime.errors import is_connection_fault
 
 if TYPE_CHECKING:
@@ -65,7 +66,11 @@ def prune_interval() -> timedelta | None:
     interval = conf.get("PRUNE_INTERVAL")
     if interval is None:
         return None
-    if conf.get("RUN_RETENTION") is None and conf.get("ACTIVITY_RETENTION") is None:
+    if (
+        conf.get("RUN_RETENTION") is None
+        and conf.get("ACTIVITY_RETENTION") is None
+        and not retention.limited()
+    ):
         return None
     return interval
 
@@ -77,7 +82,12 @@ def describe_pruning() -> str:
         why = "PRUNE_INTERVAL is None" if conf.get("PRUNE_INTERVAL") is None else "no retention"
         return f"no pruning ({why}; run durable_prune)"
     runs = conf.get("RUN_RETENTION")
-    kept = f"runs kept {_said(runs)}" if runs is not None else "runs kept forever"
+    if runs is not None:
+        kept = f"runs kept {_said(runs)}"
+    elif retention.limited():
+        kept = "runs kept as their workflows' retention says, others forever"
+    else:
+        kept = "runs kept forever"
     return f"pruning every {_said(interval)} ({kept})"
 
 
