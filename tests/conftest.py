@@ -1,6 +1,7 @@
 from django.db import connection
 
 from tests.helpers import define  # noqa: F401  (a fixture for every test module)
+from tests.worker_processes import workers  # noqa: F401  (a fixture: real worker processes)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ import django_durable as durable
 from django_durable.checks import pool_max_size, pool_size_warnings, worker_start_warnings
 from django_durable.models import Status
 from tests.testapp.workflows import Noop
-from tests.worker_processes import WorkerPool, wait_until
+from tests.worker_processes import wait_until
 
 POSTGRES = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
 
@@ -91,13 +91,6 @@ def test_the_pool_of_durables_own_database_is_the_one_that_counts(settings):
 def test_without_a_pool_nothing_is_warned():
     assert "django_durable.W003" not in ids(run_checks())
     assert "django_durable.W003" not in ids(worker_start_warnings(64, "postgresql"))
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    yield pool
-    pool.kill_all()
 
 
 @pytest.mark.postgres

@@ -9,20 +9,11 @@ import django_durable as durable
 from django_durable.models import Run, StepAttempt
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows_engine import HangingUndo
-from tests.worker_processes import WorkerPool, wait_until
+from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SHORT_LEASE = {"lease_seconds": 2, "heartbeat_seconds": 0.4, "poll_seconds": 0.2}
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def test_a_killed_worker_s_compensation_is_recovered_and_finished(workers):

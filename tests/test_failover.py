@@ -27,7 +27,7 @@ from django_durable.runtime.leases import Outage
 from django_durable.runtime.maintenance import RECOVERING
 from django_durable.testing import drain
 from tests import own_cluster, standby_pair
-from tests.worker_processes import ROOT, WorkerPool, WorkerProcess, wait_until
+from tests.worker_processes import ROOT, WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -271,15 +271,6 @@ def backend_in_step() -> int | None:
         cursor.execute(IN_STEP, [APPLICATION])
         row = cursor.fetchone()
     return row[0] if row else None
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def test_a_run_whose_backend_is_terminated_mid_step_is_handed_back_at_once(workers):

@@ -10,18 +10,9 @@ from django.db import connection
 import django_durable as durable
 from django_durable.models import Run, Status
 from tests.testapp.workflows_queues import Limited, Unlimited
-from tests.worker_processes import WorkerPool, wait_until
+from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 class Sampler(threading.Thread):

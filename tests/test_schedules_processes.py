@@ -16,7 +16,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable.models import Run, Schedule
 from tests.testapp.workflows_engine import Tick
-from tests.worker_processes import ROOT, WorkerPool
+from tests.worker_processes import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -34,15 +34,6 @@ FIRING_LOOP = textwrap.dedent(
     print(fired)
     """
 )
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def fired_ticks():

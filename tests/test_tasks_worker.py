@@ -25,18 +25,9 @@ from django.utils import timezone
 
 from django_durable.models import Run, WorkerNode
 from tests.testapp import framework_tasks as tasks
-from tests.worker_processes import ROOT, WorkerPool, wait_until
+from tests.worker_processes import ROOT, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def statuses(results) -> list[str]:

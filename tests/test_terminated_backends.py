@@ -21,7 +21,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable.models import Run, Status, StepAttempt
 from tests.testapp.models import Execution
-from tests.worker_processes import WorkerPool, wait_until
+from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -74,15 +74,6 @@ class Terminator(threading.Thread):
             self.error = exc
         finally:
             connection.close()
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def test_200_runs_complete_while_124_worker_backends_are_terminated(workers):

@@ -26,21 +26,12 @@ from tests.testapp.workflows import (
     WorkerMarksAttempts,
     WorkerUnaware,
 )
-from tests.worker_processes import WorkerPool, wait_until
+from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 # A short lease so that recovery happens within a test (heartbeat at most half of it).
 SHORT_LEASE = {"lease_seconds": 2, "heartbeat_seconds": 0.4, "poll_seconds": 0.2}
-
-
-@pytest.fixture
-def workers(tmp_path):
-    pool = WorkerPool(tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.kill_all()
 
 
 def status_of(run_id):

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,3 +107,13 @@ class WorkerPool:
     def kill_all(self) -> None:
         for worker in self.started:
             worker.kill()
+
+
+@pytest.fixture
+def workers(tmp_path):
+    """A WorkerPool for the test, every process it started killed at the end."""
+    pool = WorkerPool(tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.kill_all()
