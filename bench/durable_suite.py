@@ -97,7 +97,7 @@ def start_statement(results: Results, n: int, tag: str) -> None:
 
     with connection.execute_wrapper(capture):
         durable.start(BenchKeyed, {"i": -1}, key=f"{tag}:statement")
-    [(sql, params)] = [(sql, params) for sql, params in sent if "durable_start_v1(" in sql]
+    [(sql, params)] = [(sql, params) for sql, params in sent if "durable_start_v2(" in sql]
     calls = [
         {**params, "id": str(uuid.uuid4()), "key": f"{tag}:statement:{i}", "input": f'{{"i": {i}}}'}
         for i in range(n)

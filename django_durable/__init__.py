@@ -42,6 +42,7 @@ from django_durable.workflows.durations import (
     minutes,
     seconds,
 )
+from django_durable.workflows.flow import Rate
 
 __all__ = [
     "AlreadyFinished",
@@ -66,6 +67,7 @@ __all__ = [
     "NotWaiting",
     "Explanation",
     "ParallelFailed",
+    "Rate",
     "RunTimedOut",
     "StartResult",
     "StepTimeout",

@@ -12,8 +12,8 @@ from django.db.models import Q
 from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
-from django_durable import conf
 from django_durable.db_functions import OctetLength
+from django_durable.managers import DurableManager
 
 
 class Status(models.TextChoices):
@@ -42,15 +42,6 @@ FINISHED_STATUSES = frozenset(
 # only while no worker owns it (between compensation attempts, or recovered from
 # a dead worker); a claim keeps it compensating.
 CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING, Status.COMPENSATING)
-
-
-class DurableManager(models.Manager):
-    """Every query of django-durable's tables goes to ``DURABLE["DATABASE"]``, reads
-    and writes alike: a run is read where it was written (a replica that lags
-    would not have it yet), whatever the project's ``DATABASE_ROUTERS`` say."""
-
-    def get_queryset(self):
-        return super().get_queryset().using(conf.get("DATABASE"))
 
 
 class Run(models.Model):
@@ -136,6 +127,8 @@ class Run(models.Model):
     # run's own first input among them, at most DURABLE["MAX_FOLDED_INPUTS"] (the
     # newest). NULL: nothing was folded, ``ctx.inputs`` is ``[input]``.
     inputs = models.JSONField(null=True, blank=True)
+    # Flow control (docs/flow-control.md): whose work the run is; NULL: none.
+    flow_key = models.CharField(max_length=255, null=True, blank=True)
 
     objects = DurableManager()
 
@@ -174,6 +167,14 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(holds_key=False) | Q(key__isnull=False),
                 name="durable_run_holder_has_key",
+            ),
+            models.CheckConstraint(  # a flow key is 1 to 255 bytes, like a key
+                condition=Q(flow_key__isnull=True)
+                | Q(
+                    GreaterThanOrEqual(OctetLength("flow_key"), 1),
+                    LessThanOrEqual(OctetLength("flow_key"), 255),
+                ),
+                name="durable_run_flow_key_length",
             ),
         ]
         indexes = [
@@ -246,6 +247,21 @@ class Run(models.Model):
                 fields=["rerun_of_id"],
                 condition=Q(rerun_of_id__isnull=False),
                 name="durable_run_rerun_of",
+            ),
+            # The claim with flow keys (durable_claim_v2): a queue's (flow key,
+            # workflow) pairs by a loose index scan, each pair's due runs in order.
+            models.Index(
+                fields=["queue", "flow_key", "workflow", "-priority", "due_at"],
+                condition=Q(
+                    status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=False
+                ),
+                name="durable_run_flow",
+            ),
+            # A flow key's begins in the last ``per`` (rate_per_key), newest last.
+            models.Index(
+                fields=["workflow", "flow_key", "started_at"],
+                condition=Q(flow_key__isnull=False, started_at__isnull=False),
+                name="durable_run_flow_begun",
             ),
             # Pruning: finished runs by age.
             models.Index(
@@ -479,3 +495,6 @@ class WorkerNode(models.Model):
 
     def __str__(self):
         return self.id
+
+
+from django_durable.flow_models import FlowTurn  # noqa: E402, F401  (flow control's turns)

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.db.models import QuerySet
@@ -22,6 +23,7 @@ from django.db.models import QuerySet
 from django_durable import conf, store
 from django_durable.models import Run, Status
 from django_durable.operations import finish as lifecycle
+from django_durable.operations import flow
 from django_durable.runtime import executor
 from django_durable.workflows.definition import Workflow, registry
 
@@ -55,7 +57,8 @@ def drain(
     Recorded times (``created_at``, the attempts') stay the real ones.
 
     ``queues``: drain only these queues (a timer of any queue may move when the
-    clock jumps). Paused queues and queue limits are honoured, as a worker does;
+    clock jumps). Paused queues, queue limits and flow limits are honoured, as a
+    worker does (with ``run_timers=True`` the end of a rate's window is a timer too);
     schedules are not fired (``durable.trigger_schedule()`` fires one).
     """
     deadline = time.monotonic() + max_seconds
@@ -63,11 +66,20 @@ def drain(
     lease = conf.get("LEASE")
     served = list(queues) if queues is not None else None
     steps = 0
+    shift = timedelta(0)  # how far the timers jumped: the rates' clock moves with them
     while time.monotonic() < deadline:
         lifecycle.sweep_waiting()
-        runs = store.claim(worker_id=worker_id, queues=served, limit=1, lease=lease)
+        runs = store.claim(
+            worker_id=worker_id,
+            queues=served,
+            limit=1,
+            lease=lease,
+            flow_limits=flow.shifted_limits(shift),
+        )
         if not runs:
-            if run_timers and _jump_to_next_timer(served):
+            jumped = _jump_to_next_timer(served, shift) if run_timers else None
+            if jumped is not None:
+                shift += jumped
                 continue
             break
         for run in runs:
@@ -75,11 +87,22 @@ def drain(
     return steps
 
 
-def _jump_to_next_timer(queues: list[str] | None) -> bool:
-    """Make the earliest timer of ``queues`` due now; False when there is none (or it
-    is due already and still not claimable: a queue at its limit)."""
+def _jump_to_next_timer(queues: list[str] | None, shift: timedelta) -> timedelta | None:
+    """Make the earliest timer of ``queues`` due now, the end of a rate's window among
+    them (flow control: a due run its flow key's rate holds back); return how far the
+    clock jumped, None when there is no timer (or the earliest is due already and
+    still not claimable: a queue or a flow key at its limit)."""
+    at = store.now()
     due = store.next_due_at(queues)
-    return due is not None and store.advance_timers(due) > 0
+    targets = [due] if due is not None and due > at else []
+    window_end = flow.next_rate_window_end(shift)
+    if window_end is not None and window_end > at:
+        targets.append(window_end)
+    if not targets:
+        return None
+    to = min(targets)
+    store.advance_timers(to)
+    return to - at
 
 
 def runs_of(workflow: type[Workflow] | str, status: str | None = None) -> QuerySet[Run]:

@@ -23,8 +23,12 @@ NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
 # The start's look-up of the holder, and its insert.
 HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
 START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
-# The claim, and the next due time.
-CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*END")
+# The claim (without flow keys due: durable_claim_v1's statement; with them, the flow
+# path's, its clock the statement's for a plan), and the next due time.
+CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*RETURN;")
+CLAIM_FLOW_QUERY = _statement(
+    CLAIM_FUNCTION, r"-- 3 and 4\.\s+RETURN QUERY\s+(.*?);\s*END"
+).replace("v_now", "statement_timestamp()")
 NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")
 
 # Each function: its CREATE statement (for the arguments' names and types) and the

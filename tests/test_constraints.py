@@ -131,6 +131,29 @@ def test_a_key_of_255_bytes_fits():
     assert Run.objects.count() == 2
 
 
+@pytest.mark.parametrize(
+    "flow_key",
+    ["", "é" * 128, "k" * 256],
+    ids=["empty", "256-bytes-of-128-characters", "256-ascii"],
+)
+def test_a_flow_key_that_is_not_1_to_255_bytes_is_refused(flow_key):
+    # start() refuses it first (ValueError); the CHECK catches any other writer.
+    if len(flow_key) > 255 and connection.vendor == "postgresql":
+        expected = pytest.raises(DataError, match="too long")
+    else:
+        expected = broken("durable_run_flow_key_length")
+    with expected, transaction.atomic():
+        RunFactory(flow_key=flow_key)
+    with expected, transaction.atomic():
+        raw_insert(flow_key=flow_key)
+
+
+def test_a_flow_key_of_255_bytes_fits():
+    RunFactory(flow_key="é" * 127 + "k")
+    raw_insert(flow_key="€" * 85)
+    assert Run.objects.exclude(flow_key=None).count() == 2
+
+
 def test_holding_without_a_key_is_refused():
     with broken("durable_run_holder_has_key"), transaction.atomic():
         RunFactory(key=None, holds_key=True)
@@ -200,6 +223,7 @@ CHECKS = {
     "durable_run": {
         "durable_run_attempt_check",
         "durable_run_fence_check",
+        "durable_run_flow_key_length",
         "durable_run_holder_has_key",
         "durable_run_key_length",
         "durable_run_recoveries_check",

@@ -124,7 +124,7 @@ def call_arguments(fn, function: str) -> list:
 
 
 def start_arguments(fn) -> list:
-    return call_arguments(fn, "durable_start_v1")
+    return call_arguments(fn, "durable_start_v2")
 
 
 def claim_plan(queues, *, generic: bool) -> str:
@@ -133,7 +133,7 @@ def claim_plan(queues, *, generic: bool) -> str:
         lambda: store.claim(
             worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
         ),
-        "durable_claim_v1",
+        "durable_claim_v2",
     )
     return explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, values, generic=generic)
 

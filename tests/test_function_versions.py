@@ -36,12 +36,21 @@ CALLS = [
 
 
 def next_version(name: str) -> str:
-    return name.replace("_v1", "_v2")
+    """``durable_start_v2`` -> ``durable_start_v3``."""
+    return re.sub(r"_v(\d+)$", lambda m: f"_v{int(m.group(1)) + 1}", name)
+
+
+def renamed_to_next(call: str) -> str:
+    """A statement's calls of the current functions renamed to their next versions."""
+    for name in functions.CURRENT.values():
+        call = call.replace(f"{name}(", f"{next_version(name)}(")
+    return call
 
 
 @pytest.fixture
 def expanded():
-    """The next release's migration: each function's _v2 created beside its _v1."""
+    """The next release's migration: each function's next version created beside the
+    current one."""
     with connection.cursor() as cursor:
         for name in functions.CURRENT.values():
             text = functions.definition(name)
@@ -54,8 +63,8 @@ def expanded():
 
 
 class Release:
-    """Which version this process's code calls: the previous release's (_v1) or the
-    new one's (_v2), by the statements' text alone."""
+    """Which version this process's code calls: the previous release's (today's) or
+    the new one's (the next versions), by the statements' text alone."""
 
     def __init__(self, monkeypatch):
         self.monkeypatch = monkeypatch
@@ -63,8 +72,9 @@ class Release:
 
     def new(self):
         for (module, name), call in self.v1.items():
-            assert "_v1(" in call, name
-            self.monkeypatch.setattr(module, name, call.replace("_v1(", "_v2("))
+            renamed = renamed_to_next(call)
+            assert renamed != call, name
+            self.monkeypatch.setattr(module, name, renamed)
 
     def previous(self):
         for (module, name), call in self.v1.items():
@@ -95,7 +105,7 @@ def test_both_releases_start_claim_and_finish_runs_side_by_side(expanded, monkey
     again = []
     assert sent_calls(
         lambda: again.extend(durable.start(Noop, {"again": 1}, key=key) for key in old_keys)
-    ) == {"durable_start_v2"}
+    ) == {next_version(functions.CURRENT["durable_start"])}
     assert again == old_runs
     release.previous()
     assert [durable.start(Noop, {"again": 1}, key=key) for key in new_keys] == new_runs
@@ -103,7 +113,10 @@ def test_both_releases_start_claim_and_finish_runs_side_by_side(expanded, monkey
     # The new release's worker (here, in this process) runs them all: the previous
     # release's runs too.
     release.new()
-    assert {"durable_claim_v2", "durable_record_step_v2"} <= sent_calls(drain)
+    assert {
+        next_version(functions.CURRENT["durable_claim"]),
+        next_version(functions.CURRENT["durable_record_step"]),
+    } <= sent_calls(drain)
     assert completed(old_keys + new_keys) == 10
 
     # A worker process of the previous release runs what both start meanwhile.
@@ -135,5 +148,8 @@ def test_both_releases_start_claim_and_finish_runs_side_by_side(expanded, monkey
     drain()
     assert Run.objects.get(id=last).status == Status.COMPLETED
     release.previous()
-    with pytest.raises(ProgrammingError, match="durable_start_v1"), transaction.atomic():
+    with (
+        pytest.raises(ProgrammingError, match=functions.CURRENT["durable_start"]),
+        transaction.atomic(),
+    ):
         durable.start(Noop, {}, key="old:last")

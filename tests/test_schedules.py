@@ -210,6 +210,6 @@ def test_fire_due_query_counts():
     # durable_start, which also sends the NOTIFY that wakes a worker for the new
     # run), the compare-and-set.
     statements = statements_of(scheduler.fire_due)
-    inserts = [sql for sql in statements if "durable_start_v1(" in sql]
+    inserts = [sql for sql in statements if "durable_start_v2(" in sql]
     assert len(inserts) == (1 if store.is_postgres() else 0)
     assert len(statements) == 3, statements

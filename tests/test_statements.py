@@ -15,6 +15,7 @@ import django_durable as durable
 from django_durable import store
 from django_durable.models import Run
 from django_durable.store import claims, handoffs, starts
+from django_durable.store.functions import CURRENT
 from tests import plans
 from tests.helpers import run_claimed
 from tests.testapp.workflows import Noop, SyncAccount
@@ -35,7 +36,8 @@ def test_the_statements_name_every_column_of_the_runs_table():
     types = {f.column: f.db_type(connection) for f in Run._meta.concrete_fields}
     inserted = plans.START_INSERT.split("VALUES", 1)[1]
     listed = re.findall(r'\b"?(\w+)"?\b', plans.START_INSERT.split("VALUES", 1)[0].split("(", 1)[1])
-    # durable_start_v1 is frozen (migrations/sql): the columns added after it (0002)
+    # durable_start_v2 is frozen (migrations/sql): the columns added after 0001 and
+    # before it (0002)
     # are not in its insert, so they must be nullable and take their default there.
     added_later = ("rerun_of_id", "rerun_from_step", "inputs")
     assert tuple(listed) == tuple(c for c in columns if c not in added_later)
@@ -51,7 +53,8 @@ def test_the_statements_name_every_column_of_the_runs_table():
 def test_the_start_call_passes_its_arguments_in_the_functions_order():
     """START names no types: PostgreSQL reads each argument as the parameter in its
     place, so the call's order is the function's."""
-    signature = plans.START_FUNCTION.split("FUNCTION durable_start_v1(", 1)[1].split(") RETURNS")[0]
+    head = f"FUNCTION {CURRENT['durable_start']}("
+    signature = plans.START_FUNCTION.split(head, 1)[1].split(") RETURNS")[0]
     parameters = re.findall(r"\bp_(\w+) \w+", signature)
     arguments = re.findall(r"%\((\w+)\)s", starts.START)
     assert arguments == parameters

@@ -61,6 +61,7 @@ async def astart(
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,
+    flow_key: str | None = None,
 ) -> uuid.UUID:
     """``start()`` for async code; the same arguments."""
     return await _in_sync_thread(starting.start)(
@@ -71,6 +72,7 @@ async def astart(
         run_after=run_after,
         priority=priority,
         queue=queue,
+        flow_key=flow_key,
     )
 
 
@@ -83,6 +85,7 @@ async def astart_detailed(
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,
+    flow_key: str | None = None,
 ) -> starting.StartResult:
     """``start_detailed()`` for async code."""
     return await _in_sync_thread(starting.start_detailed)(
@@ -93,6 +96,7 @@ async def astart_detailed(
         run_after=run_after,
         priority=priority,
         queue=queue,
+        flow_key=flow_key,
     )
 
 

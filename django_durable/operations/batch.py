@@ -27,23 +27,32 @@ from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
 from django_durable.operations.start import StartResult, checked, start_run
 from django_durable.workflows.definition import OnDuplicate, Workflow
+from django_durable.workflows.flow import flow_key_of
 
 __all__ = ["BATCH_SIZE", "start_many"]
 
 BATCH_SIZE = 1000
 
 
-def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
-    """Every item checked, before anything is written."""
+def _items(definition, items: Iterable[Any]) -> list[tuple[dict, str | None, str | None]]:
+    """Every item checked, before anything is written: (input, key) pairs and
+    (input, key, flow_key) triples, mixed; each with its flow key (given, or from the
+    workflow's ``flow_key`` function)."""
     if isinstance(items, dict | str | bytes):
         raise TypeError("items must be an iterable of (input, key) pairs")
     checked_items = []
     for n, item in enumerate(items):
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise TypeError(f"item {n} must be an (input, key) pair, got {item!r}")
-        payload, key = item
+        if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+            raise TypeError(
+                f"item {n} must be an (input, key) pair or an (input, key, flow_key) "
+                f"triple, got {item!r}"
+            )
+        payload, key, flow_key = item if len(item) == 3 else (*item, None)
         try:
-            checked_items.append((inputs.validate_input(payload), keys.validate_key(key)))
+            payload = inputs.validate_input(payload)
+            checked_items.append(
+                (payload, keys.validate_key(key), flow_key_of(definition, payload, flow_key))
+            )
         except InvalidKey as exc:  # the same class (and code), saying which item
             raise type(exc)(f"item {n}: {exc}", code=exc.code, params=exc.params) from None
         except (TypeError, ValueError) as exc:
@@ -54,11 +63,15 @@ def _items(items: Iterable[Any]) -> list[tuple[dict, str | None]]:
 @public_call("astart_many")
 def start_many(
     workflow: type[Workflow] | str,
-    items: Iterable[tuple[dict[str, Any] | None, str | None]],
+    items: Iterable[
+        tuple[dict[str, Any] | None, str | None]
+        | tuple[dict[str, Any] | None, str | None, str | None]
+    ],
     *,
     on_duplicate: OnDuplicate | None = None,
 ) -> list[StartResult]:
-    """Start ``workflow`` once per ``(input, key)`` item, in order, following the rules
+    """Start ``workflow`` once per ``(input, key)`` item (or ``(input, key, flow_key)``
+    triple: the two may be mixed), in order, following the rules
     of ``start()`` (a later item with a key an earlier one used is its duplicate);
     return a ``StartResult`` per item, in the same order.
 
@@ -67,12 +80,12 @@ def start_many(
     ``KeyTaken`` (``on_duplicate="error"``) leaves nothing of the call written.
     """
     definition, _, _, policy = checked(workflow, None, None, on_duplicate)
-    pairs = _items(items)
+    pairs = _items(definition, items)
     results: list[StartResult | None] = [None] * len(pairs)
     with store.atomic():
         if not store.is_postgres():
-            for n, (payload, key) in enumerate(pairs):
-                results[n] = start_run(definition, payload, key, policy)
+            for n, (payload, key, flow_key) in enumerate(pairs):
+                results[n] = start_run(definition, payload, key, policy, flow_key=flow_key)
             return results  # type: ignore[return-value]
         alone, batched = _split(definition, pairs)
         taken: list[tuple[int, uuid.UUID]] = []  # items whose holder refuses them
@@ -85,8 +98,8 @@ def start_many(
         for n in sorted(alone):
             if refused is not None and n > refused[0]:
                 break
-            payload, key = pairs[n]
-            results[n] = start_run(definition, payload, key, policy)
+            payload, key, flow_key = pairs[n]
+            results[n] = start_run(definition, payload, key, policy, flow_key=flow_key)
         if refused is not None:
             n, holder_id = refused
             raise KeyTaken(
@@ -100,7 +113,7 @@ def _split(definition, pairs) -> tuple[list[int], list[int]]:
     debounced workflow) and those the batch statements take."""
     alone, batched, seen = [], [], set()
     debounced = definition.debounce is not None
-    for n, (_payload, key) in enumerate(pairs):
+    for n, (_payload, key, _flow_key) in enumerate(pairs):
         if key is not None and (debounced or key in seen):
             alone.append(n)
             continue
@@ -159,7 +172,7 @@ def _record_duplicates(definition, pairs, duplicates) -> None:
     at = store.now()
     rows = []
     for n, answer in duplicates:
-        payload, key = pairs[n]
+        payload, key, _flow_key = pairs[n]
         details = {
             "key": key,
             "workflow": definition.name,

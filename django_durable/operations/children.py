@@ -38,6 +38,7 @@ from django_durable.workflows.definition import (
     Workflow,
     registry,
 )
+from django_durable.workflows.flow import flow_key_of
 
 logger = logging.getLogger("django_durable.operations.children")
 
@@ -114,6 +115,7 @@ def start_from_step(
     *,
     key: str | None = None,
     on_duplicate: OnDuplicate | None = None,
+    flow_key: str | None = None,
 ) -> uuid.UUID:
     """``ctx.start``: start another run (not a child: nothing waits for it, and it
     outlives this one) and return its id, at most once per call of the step.
@@ -125,6 +127,7 @@ def start_from_step(
     definition, (payload, text), key, policy = checked(
         workflow, input, key, on_duplicate, "ctx.start()"
     )
+    flow = flow_key_of(definition, payload, flow_key)
     run: Run = ctx._run
     call_no = getattr(ctx, "_durable_start_calls", 0)
     ctx._durable_start_calls = call_no + 1
@@ -137,7 +140,7 @@ def start_from_step(
         recorded = run_state.recorded_start(state, call_key)
         if recorded is not None:
             return uuid.UUID(recorded)
-        started = start_run(definition, payload, key, policy, input_json=text).run_id
+        started = start_run(definition, payload, key, policy, input_json=text, flow_key=flow).run_id
         store.save_owned_state(run, run_state.with_start(state, call_key, started))
     return started
 

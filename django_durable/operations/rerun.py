@@ -120,6 +120,8 @@ def rerun(
 def start_planned(plan: RerunPlan) -> uuid.UUID:
     """Start the rerun ``plan`` describes: the start and the marks, one transaction."""
     fields = {"input_json": plan.input_json} if plan.input_json is not None else {}
+    if plan.run.flow_key is not None:  # the original's (else its workflow's function's)
+        fields["flow_key"] = plan.run.flow_key
     with store.atomic():
         result = start_run(plan.workflow, plan.input, plan.run.key, "error", **fields)
         store.make_rerun(

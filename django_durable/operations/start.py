@@ -31,6 +31,7 @@ from django_durable.workflows.definition import (
     registry,
     validate_on_duplicate,
 )
+from django_durable.workflows.flow import flow_key_of
 
 MAX_CHANGES_OF_HANDS = 3
 
@@ -114,13 +115,15 @@ def start(
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,
+    flow_key: str | None = None,
 ) -> uuid.UUID:
     """Start ``workflow`` with ``input``, at most once per ``key``.
 
     Returns the id of the run that answers: the new run, the holder, or the waiting run.
     ``run_after`` (an aware datetime, or a timedelta from now) delays the run,
     ``priority`` orders it within its queue (higher first), ``queue`` overrides the
-    workflow's.
+    workflow's. ``flow_key`` names whose work the run is, for the workflow's flow
+    limits (None: the workflow's ``flow_key`` function decides; docs/flow-control.md).
     """
     return start_detailed(
         workflow,
@@ -130,6 +133,7 @@ def start(
         run_after=run_after,
         priority=priority,
         queue=queue,
+        flow_key=flow_key,
     ).run_id
 
 
@@ -143,10 +147,12 @@ def start_detailed(
     run_after: datetime | timedelta | None = None,
     priority: int | None = None,
     queue: str | None = None,
+    flow_key: str | None = None,
 ) -> StartResult:
     """Like ``start()``, and say what happened: ``StartResult(run_id, outcome)``."""
     definition, (payload, text), key, policy = checked(workflow, input, key, on_duplicate)
     fields = options.run_fields(definition, run_after=run_after, priority=priority, queue=queue)
+    fields["flow_key"] = flow_key_of(definition, payload, flow_key)
     return start_run(definition, payload, key, policy, input_json=text, **fields)
 
 
@@ -178,7 +184,10 @@ def start_run(
     policy: str | tuple[str, str],
     **fields: Any,
 ) -> StartResult:
-    """Start with validated arguments (``fields`` set extra columns such as ``parent``)."""
+    """Start with validated arguments (``fields`` set extra columns such as ``parent``;
+    without ``flow_key`` among them, the workflow's ``flow_key`` function gives it)."""
+    if "flow_key" not in fields:
+        fields["flow_key"] = flow_key_of(workflow, payload)
     connection = store.db()  # looked up once: each look-up costs a thread-local read
     if key is None:
         run = _new_run(workflow, payload, None, connection=connection, **fields)

@@ -29,8 +29,8 @@ __all__ = ["BatchAnswer", "start_batch"]
 START_BATCH = """
 WITH item AS (
     SELECT *
-    FROM unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(keys)s::text[])
-         WITH ORDINALITY AS i(id, input, "key", ord)
+    FROM unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(keys)s::text[], %(flow_keys)s::text[])
+         WITH ORDINALITY AS i(id, input, "key", flow_key, ord)
 ),
 new AS (
     INSERT INTO durable_run (
@@ -38,13 +38,13 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
         recoveries, step_names, trace_context, created_at, started_at, finished_at,
-        rerun_of_id, rerun_from_step, inputs
+        rerun_of_id, rerun_from_step, inputs, flow_key
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
            NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL
+           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
@@ -86,10 +86,10 @@ def start_batch(
     due_at: datetime,
     timeout_at: datetime | None,
     step_names: Sequence[str],
-    items: list[tuple[uuid.UUID, dict, str | None]],
+    items: list[tuple[uuid.UUID, dict, str | None, str | None]],
     trace_context: dict | None = None,
 ) -> list[BatchAnswer]:
-    """Insert ``items`` (id, input, key) as pending runs of ``workflow`` in one
+    """Insert ``items`` (id, input, key, flow key) as pending runs of ``workflow`` in one
     statement (START_BATCH), all with the ``trace_context`` of the call that started
     them; one answer per item, in order. PostgreSQL only."""
     at = now()
@@ -97,6 +97,7 @@ def start_batch(
         "ids": [item[0] for item in items],
         "inputs": [as_json(item[1]) for item in items],
         "keys": [item[2] for item in items],
+        "flow_keys": [item[3] for item in items],
         "workflow": workflow,
         "queue": queue,
         "priority": priority,

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
-from django_durable.store import observers
+from django_durable.store import flow, observers
 from django_durable.store.base import atomic, db, fetchall, fetchone, from_row, is_postgres, now
 
 __all__ = ["claim", "next_due_at"]
@@ -41,57 +41,23 @@ FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limit
 """
 
 # Claim up to %(limit)s due runs in one statement (PostgreSQL): a call of
-# durable_claim_v1 (django_durable/migrations/sql/durable_claim_v1.sql says how: the
+# durable_claim_v2 (django_durable/migrations/sql/durable_claim_v2.sql says how: the
 # queues served, their room, the runs picked through durable_run_claim with FOR
-# UPDATE SKIP LOCKED; store/functions.py why a function). The claimed runs'
-# columns, in the model's field order.
+# UPDATE SKIP LOCKED, and with flow keys due, the flow limits and turns through
+# durable_run_flow; store/functions.py why a function). The claimed runs' columns,
+# in the model's field order.
 CLAIM = """
 SELECT id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs
-FROM durable_claim_v1(
+    rerun_of_id, rerun_from_step, inputs, flow_key
+FROM durable_claim_v2(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
-    %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval
+    %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval,
+    %(flow_workflows)s::text[], %(key_caps)s::integer[], %(flow_caps)s::integer[],
+    %(rates)s::integer[], %(pers)s::interval[]
 )
-"""
-
-# The same on SQLite, which serialises writers (no row locks, and no advisory lock:
-# the limit's count and the claim are one write): the due runs of the queues in
-# %(queues)s (a JSON list; NULL: every queue) that are not paused, numbered within
-# their queue in claim order, and of a limited queue (%(caps)s, a JSON object of
-# queue -> limit) only as many as its room.
-CLAIM_SQLITE = """
-UPDATE durable_run SET
-    status = CASE WHEN status = 'compensating' THEN 'compensating' ELSE 'running' END,
-    due_at = CASE WHEN status = 'compensating' THEN NULL ELSE due_at END,
-    worker_id = %(worker_id)s,
-    lease_expires_at = %(lease_expires_at)s,
-    fence = fence + 1,
-    started_at = COALESCE(started_at, %(now)s)
-WHERE id IN (
-    SELECT ranked.id FROM (
-        SELECT id, queue, priority, due_at,
-               ROW_NUMBER() OVER (PARTITION BY queue ORDER BY priority DESC, due_at) AS n
-        FROM durable_run
-        WHERE status IN ('pending', 'waiting', 'compensating') AND due_at IS NOT NULL
-          AND due_at <= %(now)s
-          AND (%(queues)s IS NULL OR queue IN (SELECT value FROM json_each(%(queues)s)))
-          AND queue NOT IN (SELECT name FROM durable_queue WHERE paused)
-          AND (%(workflows)s IS NULL OR workflow IN (SELECT value FROM json_each(%(workflows)s))
-               OR EXISTS (SELECT 1 FROM json_each(%(prefixes)s) AS p
-                          WHERE substr(workflow, 1, length(p.value)) = p.value))
-    ) AS ranked
-    LEFT JOIN json_each(%(caps)s) AS cap ON cap.key = ranked.queue
-    WHERE cap.key IS NULL OR ranked.n <= cap.value - (
-        SELECT count(*) FROM durable_run AS held
-        WHERE held.queue = ranked.queue AND held.status IN ('running', 'compensating')
-          AND held.lease_expires_at IS NOT NULL)
-    ORDER BY ranked.priority DESC, ranked.due_at
-    LIMIT %(limit)s
-)
-RETURNING *
 """
 
 
@@ -160,6 +126,7 @@ CLAIMED_COLUMNS = (
     "rerun_of_id",
     "rerun_from_step",
     "inputs",
+    "flow_key",
 )
 
 
@@ -206,14 +173,17 @@ def claim(
     limits: Mapping[str, int] | None = None,
     workflows: Sequence[str] | None = None,
     prefixes: Sequence[str] = (),
+    flow_limits: Mapping[str, flow.FlowLimit] | None = None,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs of ``queues`` (None: every queue), highest
-    priority first, then oldest due, leaving paused queues alone and a limited queue
-    (``limits``: queue -> concurrency, by default those of ``DURABLE["QUEUES"]``) no
-    more than its room, and only runs of ``workflows`` (None: any) or of names
+    priority first, then oldest due (in turns across flow keys), leaving paused
+    queues alone and a limited queue (``limits``: queue -> concurrency, by default
+    those of ``DURABLE["QUEUES"]``) no more than its room, a workflow with flow limits
+    (``flow_limits``: name -> ``flow.FlowLimit``, by default ``flow.source``'s) no
+    more than they allow, and only runs of ``workflows`` (None: any) or of names
     starting with one of ``prefixes``: CLAIM in one statement, after
     LOCK_LIMITED_QUEUES in one transaction when a limited queue is served
-    (CLAIM_SQLITE on SQLite)."""
+    (flow.CLAIM_SQLITE on SQLite, then its turns)."""
     watcher = observers.claim_watcher  # telemetry's, when installed
     started = time.perf_counter() if watcher is not None else 0.0
     connection = db()  # looked up once: each look-up costs a thread-local read
@@ -227,13 +197,17 @@ def claim(
         "limit": limit,
         **_queue_params(queues, served_limits, postgres),
         **_workflow_params(workflows, prefixes, postgres),
+        **flow.flow_params(
+            flow.served_limits(flow_limits, workflows, prefixes), postgres, at, connection
+        ),
     }
     if postgres:
         params["lease"] = lease  # from the database's clock, in the statement
     else:
         params.update(now=at, lease_expires_at=at + lease)  # from this process's
     if not postgres:  # SQLite needs the backend's own datetime conversions
-        runs = list(Run.objects.raw(CLAIM_SQLITE, params))
+        runs = list(Run.objects.raw(flow.CLAIM_SQLITE, params))
+        flow.take_turns_sqlite(runs, at, connection)  # turns only order: no transaction
     elif served_limits:
         with atomic():
             fetchone(LOCK_LIMITED_QUEUES, {"names": sorted(served_limits)}, connection)

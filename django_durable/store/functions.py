@@ -29,6 +29,7 @@ from django_durable.store.base import fetchall
 
 __all__ = [
     "CURRENT",
+    "KEPT",
     "definition",
     "install_missing_functions",
     "missing_functions",
@@ -38,11 +39,15 @@ __all__ = [
 # The version of each function this code calls (the names in store/starts.py,
 # claims.py and steps.py).
 CURRENT = {
-    "durable_start": "durable_start_v1",
-    "durable_claim": "durable_claim_v1",
+    "durable_start": "durable_start_v2",
+    "durable_claim": "durable_claim_v2",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v1",
 }
+
+# The previous versions a migration keeps installed beside the current ones, for the
+# previous release's processes during a rolling deploy (dropped a release later).
+KEPT = ("durable_start_v1", "durable_claim_v1")
 
 # Where the migrations keep the functions' text, one file per version.
 SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"

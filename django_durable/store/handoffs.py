@@ -37,7 +37,7 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at,
         timeout_at, debounce_deadline, waiting_for, state, worker_id,
         lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
-        started_at, finished_at, rerun_of_id, rerun_from_step, inputs
+        started_at, finished_at, rerun_of_id, rerun_from_step, inputs, flow_key
     )
     SELECT
         %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
@@ -50,7 +50,7 @@ new AS (
         %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
         %(created_at)s::timestamptz, %(started_at)s::timestamptz,
         %(finished_at)s::timestamptz, %(rerun_of_id)s::uuid, %(rerun_from_step)s::varchar,
-        %(inputs)s::jsonb
+        %(inputs)s::jsonb, %(flow_key)s::varchar
     WHERE EXISTS (SELECT 1 FROM released)
     RETURNING id
 ),

@@ -76,6 +76,7 @@ RUN_COLUMNS = (
     "rerun_of_id",
     "rerun_from_step",
     "inputs",
+    "flow_key",
 )
 
 # Insert a run unless its key is taken (PostgreSQL and SQLite).
@@ -85,20 +86,20 @@ INSERT INTO durable_run (
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs
+    rerun_of_id, rerun_from_step, inputs, flow_key
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
     %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s
+    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
 """
 
-# The columns a start gives a new run (the arguments of durable_start_v1, with their
+# The columns a start gives a new run (the arguments of durable_start_v2, with their
 # types); every other column begins as a new Run's default, which the function
 # writes as a constant (tests/test_statements.py compares them with the model's).
 START_COLUMNS = {
@@ -118,19 +119,20 @@ START_COLUMNS = {
     "step_names": "jsonb",
     "trace_context": "jsonb",
     "created_at": "timestamptz",
+    "flow_key": "varchar",
 }
 
 # A start on PostgreSQL, in one round trip whether the key is free or taken: a call
-# of durable_start_v1 (django_durable/migrations/sql/durable_start_v1.sql says what
+# of durable_start_v2 (django_durable/migrations/sql/durable_start_v2.sql says what
 # it does; store/functions.py why a function, and how its versions change). The
 # run's columns (START_COLUMNS), then the NOTIFY's and the duplicate note's (the
 # note's input is the run's: it goes once), in the order of its parameters (a test
 # compares them). The arguments carry no casts (_start_params says how they go).
 START = """
-SELECT durable_start_v1(
+SELECT durable_start_v2(
     %(id)s, %(workflow)s, %(queue)s, %(priority)s, %(input)s, %(context)s, %(key)s,
     %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(due_at)s, %(timeout_at)s,
-    %(debounce_deadline)s, %(step_names)s, %(trace_context)s, %(created_at)s,
+    %(debounce_deadline)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(flow_key)s,
     %(wake)s, %(channel)s, %(outcome)s, %(answers)s
 )
 """
@@ -210,6 +212,7 @@ class NewRun:
     debounce_deadline: datetime | None = None
     step_names: Sequence[str] = ()
     trace_context: dict | None = None
+    flow_key: str | None = None  # flow control by key (workflows/flow.py)
     # Not a column: the input's JSON text when the start has it already (it checked
     # the input by serialising it), so START sends it without serialising it again.
     input_json: str | None = None
@@ -270,6 +273,7 @@ def _start_params(run: NewRun) -> dict[str, Any]:
         "step_names": _names_json(tuple(run.step_names)),  # a workflow gives a tuple: no copy
         "trace_context": as_json(run.trace_context),
         "created_at": created,
+        "flow_key": run.flow_key,
     }
 
 
@@ -287,7 +291,7 @@ def run_params(run: NewRun, connection) -> dict[str, Any]:
 
 @functools.cache
 def _answers(holder_states: frozenset[tuple[str, bool]]) -> str:
-    """durable_start_v1's p_answers (a text[]), as START passes it: the holder states
+    """durable_start_v2's p_answers (a text[]), as START passes it: the holder states
     ``keys.holder_answers`` computed from the key rules (``(status, picked_up)``),
     each as the function reads a holder's state ('completed:true'), in PostgreSQL's
     text form of an array, which the function's parameter reads as its type (a text

@@ -173,12 +173,14 @@ class Context(WaitMethods, AsyncContextMethods):
         *,
         key: str | None = None,
         on_duplicate: OnDuplicate | None = None,
+        flow_key: str | None = None,
     ) -> uuid.UUID:
         """Start another run without waiting for it; return its id. The same call in
         a step that runs again (after a wait or a retry) returns the same run and
-        starts nothing new (``durable.start()`` inside a step would start again)."""
+        starts nothing new (``durable.start()`` inside a step would start again).
+        ``flow_key``: as ``durable.start()``'s."""
         return self._child_runs().start_from_step(
-            self, workflow, input, key=key, on_duplicate=on_duplicate
+            self, workflow, input, key=key, on_duplicate=on_duplicate, flow_key=flow_key
         )
 
     def _child_runs(self):

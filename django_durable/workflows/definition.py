@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_durable.exceptions import UnknownWorkflow
 from django_durable.workflows.cron import check_cron, check_timezone
 from django_durable.workflows.durations import as_timedelta
+from django_durable.workflows.flow import Rate, flow_problem
 from django_durable.workflows.retention import validated_retention
 
 if TYPE_CHECKING:
@@ -227,6 +228,9 @@ class Registry:
 
     def __init__(self):
         self._by_name: dict[str, type[Workflow]] = {}
+        # Grows at every (un)registration: what reads the definitions as a whole
+        # (the flow limits a claim takes) keeps its reading until it changes.
+        self.version = 0
         self._finders: list[Callable[[str], object]] = []
         self._found_prefixes: list[str] | None = []
 
@@ -256,9 +260,11 @@ class Registry:
                 f"{_qualname(existing)} and {_qualname(workflow)}"
             )
         self._by_name[workflow.name] = workflow
+        self.version += 1
 
     def unregister(self, name: str) -> None:
         self._by_name.pop(name, None)
+        self.version += 1
 
     def get(self, name: str) -> type[Workflow]:
         if name not in self._by_name:
@@ -313,7 +319,9 @@ class Workflow:
     Class attributes: ``name``, ``reuse``, ``on_duplicate``, ``debounce``,
     ``timeout``, ``queue``, ``priority`` (higher is claimed first within the queue),
     ``schedules``, ``retention`` (how long finished runs are kept, per status:
-    ``workflows.retention``). Set ``abstract = True`` on a base
+    ``workflows.retention``), and flow control by key (``flow_key``,
+    ``concurrency_per_key``, ``rate_per_key``, ``concurrency``: ``workflows.flow``,
+    docs/flow-control.md). Set ``abstract = True`` on a base
     class that has no steps of its own.
     """
 
@@ -326,6 +334,12 @@ class Workflow:
     priority: ClassVar[int] = 0
     schedules: ClassVar[list[Cron]] = []
     retention: ClassVar[dict[str, timedelta | None] | None] = None
+    # Flow control by key (workflows/flow.py): a function of the input naming whose
+    # work a run is, and the limits the claim enforces.
+    flow_key: ClassVar[Callable[[dict], str | None] | None] = None
+    concurrency_per_key: ClassVar[int | None] = None
+    rate_per_key: ClassVar[Rate | None] = None
+    concurrency: ClassVar[int | None] = None
     steps: ClassVar[tuple[StepDef, ...]] = ()
     _step_names: ClassVar[tuple[str, ...]] = ()
 
@@ -390,6 +404,9 @@ def _check_definition(cls: type[Workflow]) -> None:
         raise ImproperlyConfigured(str(exc)) from None
     if not isinstance(cls.priority, int) or isinstance(cls.priority, bool):
         raise ImproperlyConfigured(f"{where}: priority must be an int")
+    problem = flow_problem(cls)
+    if problem:
+        raise ImproperlyConfigured(f"{where}: {problem}")
     if not cls.steps:
         raise ImproperlyConfigured(f"{where} has no step; mark methods with @step")
     for s in cls.steps:

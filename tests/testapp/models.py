@@ -26,3 +26,17 @@ class Execution(models.Model):
 
     def __str__(self):
         return f"{self.step} of {self.run_id}"
+
+
+class FlowSpan(models.Model):
+    """When a flow-limited step began and ended, recorded by the step itself (this
+    machine's clock, shared by the test's worker processes)."""
+
+    run_id = models.UUIDField(db_index=True)
+    workflow = models.CharField(max_length=200)
+    flow_key = models.CharField(max_length=255, null=True)
+    began = models.FloatField()
+    ended = models.FloatField(null=True)
+
+    def __str__(self):
+        return f"{self.flow_key} {self.began}-{self.ended}"

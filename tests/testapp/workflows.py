@@ -344,3 +344,6 @@ class KeyedOnce(Workflow):
     @step
     def finish(self, ctx):
         return "done"
+
+
+from .workflows_flow import *  # noqa: E402, F401, F403  (flow control by key)

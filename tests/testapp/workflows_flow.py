@@ -1,0 +1,83 @@
+"""Workflows for flow control by key: each records when its step began and ended."""
+
+import time
+
+import django_durable as durable
+from django_durable import Workflow, step
+
+from .models import FlowSpan
+
+
+def tenant(input):
+    return f"tenant:{input['tenant']}" if "tenant" in input else None
+
+
+def _hold(ctx, workflow):
+    span = FlowSpan.objects.create(
+        run_id=ctx.run_id,
+        workflow=workflow,
+        flow_key=tenant(ctx.input),
+        began=time.time(),
+    )
+    time.sleep(ctx.input.get("seconds", 0.2))
+    span.ended = time.time()
+    span.save(update_fields=["ended"])
+
+
+class PerTenant(Workflow):
+    """At most 2 running runs per tenant."""
+
+    queue = "flow"
+    flow_key = staticmethod(tenant)
+    concurrency_per_key = 2
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "per_tenant")
+
+
+class FewAtOnce(Workflow):
+    """At most 2 running runs of the workflow, whatever the tenant."""
+
+    queue = "flow"
+    flow_key = staticmethod(tenant)
+    concurrency = 2
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "few_at_once")
+
+
+class RatedPerTenant(Workflow):
+    """At most 5 runs begin per tenant in any 2 seconds."""
+
+    queue = "flow"
+    flow_key = staticmethod(tenant)
+    rate_per_key = durable.Rate(5, per=durable.seconds(2))
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "rated_per_tenant")
+
+
+class OnePerTenant(Workflow):
+    """One running run per tenant (the fairness and the lost-worker tests)."""
+
+    queue = "flow"
+    flow_key = staticmethod(tenant)
+    concurrency_per_key = 1
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "one_per_tenant")
+
+
+class Turns(Workflow):
+    """No limit, a flow key: taken in turns across tenants."""
+
+    queue = "turns"
+    flow_key = staticmethod(tenant)
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "turns")
