@@ -1,5 +1,6 @@
 """Workflows for flow control by key: each records when its step began and ended."""
 
+import os
 import time
 
 import django_durable as durable
@@ -19,6 +20,10 @@ def _hold(ctx, workflow):
         flow_key=tenant(ctx.input),
         began=time.time(),
     )
+    hold = ctx.input.get("hold_once")  # a file: the first execution holds until killed
+    if hold and not os.path.exists(hold):
+        open(hold, "w").close()
+        time.sleep(120)
     time.sleep(ctx.input.get("seconds", 0.2))
     span.ended = time.time()
     span.save(update_fields=["ended"])

@@ -1,0 +1,166 @@
+"""Flow control by key held by real worker processes (PostgreSQL): three workers of
+four threads each never run more than a flow key's (or a workflow's) limit at once,
+never begin more than a rate allows, give a dead worker's slot back only with its
+lease, keep a free key flowing beside a full one, and take a late key's runs within
+a claim or two per active key, not after the backlog.
+
+Overlaps are computed from the start and end each step recorded (tests.testapp's
+FlowSpan); begins from the runs' ``started_at`` (the database's clock, the rate's).
+Every wait has a deadline; no wall time is asserted."""
+
+from __future__ import annotations
+
+import signal
+from datetime import timedelta
+
+import pytest
+
+import django_durable as durable
+from django_durable import store
+from django_durable.models import Run, Status
+from tests.testapp.models import FlowSpan
+from tests.testapp.workflows_flow import (
+    FewAtOnce,
+    OnePerTenant,
+    PerTenant,
+    RatedPerTenant,
+    Turns,
+)
+from tests.worker_processes import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+QUICK = {"poll_seconds": 0.2}
+
+
+def peak_overlap(spans) -> int:
+    """The largest number of ``(began, ended)`` spans open at one instant."""
+    events = sorted([(b, 1) for b, _e in spans] + [(e, -1) for _b, e in spans])
+    open_, peak = 0, 0
+    for _at, step in events:  # an end sorts before a begin at the same instant
+        open_ += step
+        peak = max(peak, open_)
+    return peak
+
+
+def spans_by_key(workflow: str) -> dict[str, list[tuple[float, float]]]:
+    found: dict[str, list[tuple[float, float]]] = {}
+    for span in FlowSpan.objects.filter(workflow=workflow, ended__isnull=False):
+        found.setdefault(span.flow_key, []).append((span.began, span.ended))
+    return found
+
+
+def start_workers(workers, n=3, concurrency=4, **settings):
+    procs = [
+        workers.start("--worker-id", f"flow{i}", "--concurrency", str(concurrency),
+                      "--queues", "flow,turns", **{**QUICK, **settings})
+        for i in range(n)
+    ]  # fmt: skip
+    for proc in procs:
+        proc.wait_for_output("listening for NOTIFY", timeout=60)
+    return procs
+
+
+def all_completed(ids) -> bool:
+    return Run.objects.filter(id__in=ids, status=Status.COMPLETED).count() == len(ids)
+
+
+def test_three_workers_never_run_more_than_two_runs_of_a_flow_key(workers):
+    ids = [
+        durable.start(PerTenant, {"tenant": t, "seconds": 0.3}) for _ in range(8) for t in range(6)
+    ]
+    start_workers(workers)
+    wait_until(lambda: all_completed(ids), 180, "the 48 runs to complete")
+    by_key = spans_by_key("per_tenant")
+    assert len(by_key) == 6
+    peaks = {key: peak_overlap(spans) for key, spans in by_key.items()}
+    assert max(peaks.values()) <= 2, peaks
+    assert sum(peak == 2 for peak in peaks.values()) >= 4, peaks  # the limit was used
+    workers_used = set(Run.objects.filter(id__in=ids).values_list("worker_id", flat=True))
+    assert len(workers_used) == 3
+
+
+def test_three_workers_never_run_more_than_the_workflows_concurrency(workers):
+    ids = [
+        durable.start(FewAtOnce, {"tenant": t, "seconds": 0.3}) for _ in range(4) for t in range(6)
+    ]
+    start_workers(workers)
+    wait_until(lambda: all_completed(ids), 180, "the 24 runs to complete")
+    spans = [s for spans in spans_by_key("few_at_once").values() for s in spans]
+    assert len(spans) == 24
+    assert peak_overlap(spans) == 2
+
+
+def test_never_more_than_five_begin_per_key_in_any_two_seconds(workers):
+    ids = [
+        durable.start(RatedPerTenant, {"tenant": t, "seconds": 0.02})
+        for _ in range(12)
+        for t in range(3)
+    ]
+    start_workers(workers)
+    wait_until(lambda: all_completed(ids), 180, "the 36 rated runs to complete")
+    per = timedelta(seconds=2)
+    for tenant in range(3):
+        begins = sorted(
+            Run.objects.filter(id__in=ids, flow_key=f"tenant:{tenant}").values_list(
+                "started_at", flat=True
+            )
+        )
+        assert len(begins) == 12
+        # Any six begins of a key span at least the window: never six in one window.
+        for first, sixth in zip(begins, begins[5:], strict=False):
+            assert sixth - first >= per, (tenant, first, sixth)
+
+
+def test_a_killed_workers_slot_comes_back_with_its_lease_and_the_limit_holds(workers, tmp_path):
+    lease = {"lease_seconds": 2, "heartbeat_seconds": 0.4}
+    [first] = start_workers(workers, n=1, concurrency=2, **lease)
+    held = durable.start(OnePerTenant, {"tenant": "k", "hold_once": str(tmp_path / "held")})
+    wait_until(lambda: (tmp_path / "held").exists(), 60, "the first run to hold its slot")
+    run = Run.objects.get(id=held)
+    assert run.status == Status.RUNNING
+    first.send(signal.SIGKILL)
+    first.wait(10)
+    ran_out_at = Run.objects.get(id=held).lease_expires_at
+    others = [durable.start(OnePerTenant, {"tenant": "k", "seconds": 0.2}) for _ in range(3)]
+    start_workers(workers, n=2, concurrency=2, **lease)
+    wait_until(lambda: all_completed([held, *others]), 120, "the key's runs to complete")
+    # Nothing of the key began before the dead worker's lease ran out ...
+    for begun in Run.objects.filter(id__in=others).values_list("started_at", flat=True):
+        assert begun >= ran_out_at
+    # ... and never two at once (the spans of the steps that ended; the killed one's
+    # began before the others could, which the begins above show).
+    spans = list(spans_by_key("one_per_tenant")["tenant:k"])
+    assert len(spans) == 4  # the recovered run's second execution, and the three others
+    assert peak_overlap(spans) == 1
+
+
+def test_a_free_key_flows_beside_a_full_one(workers):
+    full = [durable.start(PerTenant, {"tenant": "full", "seconds": 0.5}) for _ in range(16)]
+    free = [durable.start(PerTenant, {"tenant": "free", "seconds": 0.05}) for _ in range(6)]
+    start_workers(workers)
+    wait_until(lambda: all_completed(free), 120, "the free key's runs to complete")
+    assert Run.objects.filter(id__in=full, status=Status.PENDING).exists()
+    wait_until(lambda: all_completed(full), 180, "the full key's runs to complete")
+
+
+def test_a_late_key_is_served_within_a_claim_per_active_key(workers):
+    backlog = [durable.start(Turns, {"tenant": "big", "seconds": 0.01}) for _ in range(300)]
+    start_workers(workers, n=1, concurrency=1)
+    wait_until(
+        lambda: Run.objects.filter(id__in=backlog, status=Status.COMPLETED).count() >= 20,
+        60,
+        "the backlog to be under way",
+    )
+    late_at = store.now()
+    late = [durable.start(Turns, {"tenant": "late", "seconds": 0.01}) for _ in range(10)]
+    wait_until(lambda: all_completed(late), 120, "the late key's runs to complete")
+    last_late = max(Run.objects.filter(id__in=late).values_list("started_at", flat=True))
+    # Between the late key's start and its last begin: its ten runs, about as many of
+    # the backlog between them, and the few the worker had claimed ahead: not the
+    # hundreds left of the backlog, which was still going.
+    between = Run.objects.filter(
+        id__in=backlog, started_at__gt=late_at, started_at__lt=last_late
+    ).count()
+    assert between <= 15, between
+    assert Run.objects.filter(id__in=backlog).exclude(started_at__lte=last_late).count() > 100
