@@ -76,6 +76,8 @@ __all__ = [
     "Workflow",
     "acancel",
     "aexplain",
+    "aexplain_run",
+    "aflow_stats",
     "aget_run",
     "alist_pending_inputs",
     "aprovide_input",
@@ -91,6 +93,8 @@ __all__ = [
     "disable_schedule",
     "enable_schedule",
     "explain",
+    "explain_run",
+    "flow_stats",
     "get_run",
     "hours",
     "list_executions",
@@ -147,6 +151,12 @@ if TYPE_CHECKING:
     from django_durable.operations.batch import start_many
     from django_durable.operations.children import parallel
     from django_durable.operations.explain import Explanation, explain
+    from django_durable.operations.flow_reports import (
+        aexplain_run,
+        aflow_stats,
+        explain_run,
+        flow_stats,
+    )
     from django_durable.operations.prune import prune
     from django_durable.operations.queues import pause_queue, queue_stats, resume_queue
     from django_durable.operations.rerun import rerun
@@ -188,6 +198,10 @@ _LAZY = {
     ),
     "start_many": "django_durable.operations.batch",
     **dict.fromkeys(["Explanation", "explain"], "django_durable.operations.explain"),
+    **dict.fromkeys(
+        ["aexplain_run", "aflow_stats", "explain_run", "flow_stats"],
+        "django_durable.operations.flow_reports",
+    ),
     **dict.fromkeys(
         ["pause_queue", "queue_stats", "resume_queue"], "django_durable.operations.queues"
     ),

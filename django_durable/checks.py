@@ -22,6 +22,7 @@ from django.urls import NoReverseMatch, reverse
 from django_durable import conf
 from django_durable.conf import DEFAULTS, WORKER_CONCURRENCY
 from django_durable.workflows.definition import registry
+from django_durable.workflows.flow import flow_problem
 from django_durable.workflows.retention import retention_problem
 
 # psycopg_pool's ConnectionPool: min_size 4, and max_size defaults to min_size.
@@ -344,4 +345,17 @@ def check_workflow_retention(app_configs=None, **kwargs):
         problem = retention_problem(getattr(workflow, "retention", None))
         if problem is not None:
             errors.append(Error(f"workflow {workflow.name}: {problem}", id="django_durable.E030"))
+    return errors
+
+
+@register(Tags.compatibility)
+def check_workflow_flow_control(app_configs=None, **kwargs):
+    """Flow control of every registered workflow (``flow_key``, ``concurrency_per_key``,
+    ``rate_per_key``, ``concurrency``): checked when the class is defined too; this
+    sees a value set on the class afterwards. E040."""
+    errors = []
+    for workflow in registry.all():
+        problem = flow_problem(workflow)
+        if problem is not None:
+            errors.append(Error(f"workflow {workflow.name}: {problem}", id="django_durable.E040"))
     return errors

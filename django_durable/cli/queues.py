@@ -1,4 +1,4 @@
-"""Subcommands about queues: queues, pause, resume."""
+"""Subcommands about queues and flow control: queues, pause, resume, flow."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ from django_durable.cli.base import answering, emit_json, table
 from django_durable.workflows.definition import registry
 
 COLUMNS = ("queue", "paused", "pending", "due", "running", "waiting", "oldest_due_seconds")
+FLOW_COLUMNS = (
+    "flow_key",
+    "running",
+    "concurrency_limit",
+    "due",
+    "started_in_window",
+    "rate_limit",
+    "next_start_at",
+)
 
 
 def add_parsers(commands) -> None:
@@ -21,6 +30,13 @@ def add_parsers(commands) -> None:
     p = commands.add_parser("resume", help="claim a paused queue's runs again")
     p.add_argument("queue", metavar="QUEUE")
     p.set_defaults(handler=resume)
+
+    p = commands.add_parser(
+        "flow", help="a workflow's flow keys: running / limit, due, begins, next start"
+    )
+    p.add_argument("workflow", metavar="WORKFLOW")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=flow)
 
 
 # How many of the newest runs ``queues`` reads for queue names (one index read).
@@ -56,3 +72,15 @@ def resume(options, out, err) -> None:
     with answering():
         durable.resume_queue(options["queue"])
     out.write(f"queue {options['queue']!r} resumed")
+
+
+def flow(options, out, err) -> None:
+    """``flow_stats`` of a workflow: one line per flow key with runs due or running."""
+    with answering():
+        rows = durable.flow_stats(options["workflow"])
+    if options["json"]:
+        emit_json(out, rows)
+    elif rows:
+        table(out, rows, FLOW_COLUMNS)
+    else:
+        err.write(f"no flow key of {options['workflow']} has runs due or running")

@@ -24,6 +24,7 @@ RUN_FIELDS = (
     "queue",
     "key",
     "holds_key",
+    "flow_key",
     "input",
     "context",
     "result",
@@ -95,6 +96,7 @@ def inspect(options, out, err) -> None:
     with answering(options["run_id"]):
         run = durable.get_run(options["run_id"])
     values = {name: getattr(run, name) for name in RUN_FIELDS}
+    values["now"] = durable.explain_run(run.id)  # what it does or waits for (flow control)
     attempts = [
         {name: getattr(a, name) for name in ATTEMPT_FIELDS} | {"error": a.error}
         for a in run.attempts.order_by("id")

@@ -33,7 +33,9 @@ from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.models import Run, StepAttempt
+from django_durable.operations import flow_reports
 from django_durable.workflows.definition import registry
+from django_durable.workflows.flow import flow_limits
 
 LIST_FIELDS_DEFERRED = ("input", "context", "result", "state")
 SORTS = {
@@ -229,6 +231,7 @@ def run(request, run_admin, run_id):
         "children": children,
         "offers": actions.offers(found),
         "unknown_workflow": workers.unknown_to_live_workers(found),
+        "now_sentence": flow_reports.describe(found),  # what it does or waits for
         "replay": rerun.replay_of(found),  # dashboard/rerun.py
         "timeline": timeline.build(found, attempts, at),
         "graph": timeline.graph(step_names, attempts, children),
@@ -288,6 +291,7 @@ def workflow(request, run_admin, name):
         "key_rows": key_rows,
         "recent_runs": _listed(query.runs_of(name), 10),
         "retention": rerun.retention_rows(definition) if definition else [],
+        "flow": _flow_keys(definition),
     }
     _add_bars(context["key_stats"])
     return render_page(
@@ -298,6 +302,22 @@ def workflow(request, run_admin, name):
         context,
         live="django_durable/_workflow_live.html",
     )
+
+
+# How many flow keys the workflow page lists (most due first); the command line all.
+FLOW_KEYS_SHOWN = 50
+
+
+def _flow_keys(definition) -> dict | None:
+    """The workflow's flow keys (``flow_stats``), when it declares flow control."""
+    if definition is None or (definition.flow_key is None and flow_limits(definition) is None):
+        return None
+    rows = flow_reports.flow_stats(definition, limit=FLOW_KEYS_SHOWN + 1)
+    return {
+        "rows": rows[:FLOW_KEYS_SHOWN],
+        "more": len(rows) > FLOW_KEYS_SHOWN,
+        "declared": flow_reports.declared_text(definition),
+    }
 
 
 def _with(request, **params) -> str:

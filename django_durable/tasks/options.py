@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -12,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_durable.tasks.framework import Task
 from django_durable.workflows.definition import REUSE_POLICIES, validate_on_duplicate
 from django_durable.workflows.durations import as_timedelta
+from django_durable.workflows.flow import Rate, flow_problem
 
 __all__ = ["OPTIONS_ATTRIBUTE", "TaskOptions", "durable_task", "options_of"]
 
@@ -25,6 +27,12 @@ class TaskOptions:
     on_duplicate: Any = "use_existing"
     retries: int = 0
     backoff: timedelta = timedelta(seconds=1)
+    # Flow control by key (docs/flow-control.md): the flow key from the task's
+    # arguments, and the limits of Workflow's attributes of the same names.
+    flow_key: Callable[..., str | None] | None = None
+    concurrency_per_key: int | None = None
+    rate_per_key: Rate | None = None
+    concurrency: int | None = None
 
 
 OPTIONS_ATTRIBUTE = "durable_task_options"
@@ -43,6 +51,10 @@ def durable_task(
     on_duplicate: Any = "use_existing",
     retries: int = 0,
     backoff: timedelta | float = timedelta(seconds=1),
+    flow_key: Callable[..., str | None] | None = None,
+    concurrency_per_key: int | None = None,
+    rate_per_key: Rate | None = None,
+    concurrency: int | None = None,
 ):
     """Declare a task function's key and retries; put it *under* ``@task``::
 
@@ -52,7 +64,9 @@ def durable_task(
 
     ``key`` is called with the task's arguments at ``enqueue()`` and returns the key
     (``None``: no key for this call). ``reuse`` and ``on_duplicate`` are the
-    workflow rules (docs/keys.md). Bad options raise ``ImproperlyConfigured``.
+    workflow rules (docs/keys.md). ``flow_key`` (called with the task's arguments),
+    ``concurrency_per_key``, ``rate_per_key`` and ``concurrency`` are flow control's
+    (docs/flow-control.md). Bad options raise ``ImproperlyConfigured``.
     """
     where = "durable_task"
     if key is not None and not callable(key):
@@ -72,7 +86,16 @@ def durable_task(
         )
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise ImproperlyConfigured(f"{where}: retries must be a whole number >= 0, got {retries!r}")
-    options = TaskOptions(key, reuse, on_duplicate, retries, backoff)
+    flow = SimpleNamespace(
+        flow_key=flow_key,
+        concurrency_per_key=concurrency_per_key,
+        rate_per_key=rate_per_key,
+        concurrency=concurrency,
+    )
+    problem = flow_problem(flow)
+    if problem:
+        raise ImproperlyConfigured(f"{where}: {problem}")
+    options = TaskOptions(key, reuse, on_duplicate, retries, backoff, **vars(flow))
 
     def mark(function: Callable) -> Callable:
         if isinstance(function, Task):

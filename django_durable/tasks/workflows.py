@@ -65,6 +65,13 @@ def as_json(value: Any, what: str) -> Any:
         raise TypeError(f"a durable task's {what} must be JSON-serialisable: {exc}") from None
 
 
+def _flow_key_of_arguments(function):
+    """A task's flow key function (of its arguments) as its workflow's (of the input)."""
+    if function is None:
+        return None
+    return staticmethod(lambda input: function(*input["args"], **input["kwargs"]))
+
+
 def workflow_for(task: Task) -> type[Workflow]:
     """The workflow that runs ``task`` (made and registered the first time)."""
     name = PREFIX + task.module_path
@@ -79,6 +86,10 @@ def workflow_for(task: Task) -> type[Workflow]:
             "reuse": options.reuse,
             "on_duplicate": options.on_duplicate,
             "queue": task.queue_name,
+            "flow_key": _flow_key_of_arguments(options.flow_key),
+            "concurrency_per_key": options.concurrency_per_key,
+            "rate_per_key": options.rate_per_key,
+            "concurrency": options.concurrency,
             STEP: step(_run_task, retries=options.retries, backoff=options.backoff),
         }
         workflow = type(f"TaskWorkflow[{task.module_path}]", (Workflow,), namespace)

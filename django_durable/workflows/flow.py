@@ -14,7 +14,7 @@ keys decide when a run may run. It is computed once, at the start, and stored on
 the run (``Run.flow_key``); the claim (store/claims.py, durable_claim_v2) enforces
 the limits in its own transaction. A bad declaration fails when the class is
 defined (``ImproperlyConfigured``) and again as a system check error
-(``django_durable.E040``..``E043``), which also sees a value set afterwards.
+(``django_durable.E040``), which also sees a value set afterwards.
 """
 
 from __future__ import annotations

@@ -44,3 +44,9 @@ def attempt_number(context):
 @task
 async def async_double(x):
     return 2 * x
+
+
+@task
+@durable_task(flow_key=lambda tenant: f"tenant:{tenant}", concurrency_per_key=1)
+def tenant_report(tenant):
+    return tenant
