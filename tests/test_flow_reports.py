@@ -160,3 +160,28 @@ def test_a_task_declares_its_flow_key_from_its_arguments():
 
     result = tenant_report.enqueue(7)
     assert Run.objects.get(id=result.id).flow_key == "tenant:7"
+
+
+def test_metrics_count_held_back_runs_per_workflow_and_their_wait():
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_durable import telemetry
+    from tests.test_metrics import attrs, points
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    telemetry.install(meter_provider=provider)
+    try:
+        for tenant in ("a", "b"):
+            for _ in range(3):
+                durable.start(OnePerTenant, {"tenant": tenant})
+        assert len(claim()) == 2
+        held = points(reader, "durable.flow.held")
+        assert {k: p.value for k, p in held.items()}.get(attrs(workflow="one_per_tenant")) == 4
+        assert all(len(k) == 1 for k in held)  # by workflow only: no flow key label
+        wait = points(reader, "durable.flow.wait")
+        assert wait[attrs(workflow="one_per_tenant", queue="flow")].count == 2
+    finally:
+        telemetry.install()
+        provider.shutdown()

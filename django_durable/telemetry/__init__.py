@@ -63,15 +63,17 @@ def install(tracer_provider=None, meter_provider=None, *, queue_depth: bool = Tr
     """Start reporting (done at startup when opentelemetry-api is installed).
 
     Without providers, the global ones are used (set them with the SDK as usual).
-    ``queue_depth=False`` leaves out the ``durable.queue.depth`` gauge, whose
-    callback reads the database at each collection. Returns False when
+    ``queue_depth=False`` leaves out the ``durable.queue.depth`` and
+    ``durable.flow.held`` gauges, whose callbacks read the database at each
+    collection. Returns False when
     opentelemetry-api is not installed.
     """
     if not AVAILABLE:
         return False
     depth = engine.observe_depth if queue_depth else None
+    held = engine.observe_flow if queue_depth else None
     current = instruments.current = Instruments(
-        tracer_provider, meter_provider, observe_depth=depth
+        tracer_provider, meter_provider, observe_depth=depth, observe_flow=held
     )
     for signal, observer in _OBSERVERS:
         # Called only while a provider listens: until then a signal costs a start nothing.

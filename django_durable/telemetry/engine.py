@@ -20,6 +20,8 @@ from django.apps import apps
 from django.db import DatabaseError
 
 from django_durable import store
+from django_durable.store import flow as store_flow
+from django_durable.store import flow_reads
 from django_durable.telemetry.instruments import RunFacts, labels, on
 
 try:  # opentelemetry is optional
@@ -39,6 +41,7 @@ def claimed(runs: list[Any], seconds: float, lease: timedelta, queues: Sequence[
         return
     try:
         served = ",".join(sorted(queues)) if queues else "*"
+        limited = store_flow.source() if store_flow.source is not None and runs else {}
         inst.claim_latency.record(seconds, {"durable.queue": served})
         for run in runs:
             inst.remember(run.id, RunFacts(run.workflow, run.queue, run.trace_context))
@@ -46,6 +49,8 @@ def claimed(runs: list[Any], seconds: float, lease: timedelta, queues: Sequence[
                 continue  # a compensating run: not due while claimed
             waited = (run.lease_expires_at - lease - run.due_at).total_seconds()
             inst.pickup_latency.record(max(waited, 0.0), labels(run.workflow, run.queue))
+            if run.workflow in limited:  # flow control: the wait of a limited workflow's run
+                inst.flow_wait.record(max(waited, 0.0), labels(run.workflow, run.queue))
     except Exception:  # telemetry never fails a claim
         logger.exception("recording a claim's metrics failed")
 
@@ -94,3 +99,51 @@ def observe_depth(options: Any) -> list[Any]:
         if not connection.in_atomic_block:
             connection.close()  # a reader's thread keeps no connection between collections
     return [Observation(count, {"durable.queue": queue}) for queue, count in depths.items()]
+
+
+def held_back(limit: Any, running: dict, due: dict) -> int:
+    """How many of a workflow's due runs its concurrency limits hold back now: per
+    flow key those beyond its room (``concurrency_per_key``), and beyond the
+    workflow's room (``concurrency``); the caller adds the rate's."""
+    held = 0
+    for key, count in due.items():
+        if key is None:
+            continue
+        room = count
+        if limit.key_cap is not None:
+            room = min(room, max(limit.key_cap - running.get(key, 0), 0))
+        held += count - room
+    if limit.cap is not None:
+        total_due = sum(due.values())
+        room = max(limit.cap - sum(running.values()), 0)
+        held = max(held, total_due - room)
+    return held
+
+
+def observe_flow(options: Any) -> list[Any]:
+    """The ``durable.flow.held`` callback: per workflow with flow limits, its due runs
+    the limits hold back, at collection time (two grouped reads per such workflow;
+    labelled by workflow only, never by flow key: the cardinality stays bounded)."""
+    inst = on()
+    if inst is None or not inst.observes_depth or store_flow.source is None:
+        return []
+    connection = store.db()
+    observed = []
+    try:
+        for name, limit in store_flow.source().items():
+            running = flow_reads.running_by_key(name)
+            due = flow_reads.due_by_key(name)
+            held = held_back(limit, running, due)
+            if limit.rate is not None:
+                begun = flow_reads.begins_in_window(name, list(due), limit.per)
+                full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate}
+                held = max(held, sum(n for k, n in due.items() if k in full))
+            observed.append(Observation(held, {"durable.workflow": name}))
+    except DatabaseError:
+        logger.warning("durable.flow.held: the database could not be read", exc_info=True)
+        store.reset_connection_after_error()
+        return []
+    finally:
+        if not connection.in_atomic_block:
+            connection.close()
+    return observed

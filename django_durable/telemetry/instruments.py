@@ -51,7 +51,9 @@ class RunFacts(NamedTuple):
 
 
 class Instruments:
-    def __init__(self, tracer_provider=None, meter_provider=None, observe_depth=None):
+    def __init__(
+        self, tracer_provider=None, meter_provider=None, observe_depth=None, observe_flow=None
+    ):
         self.explicit = tracer_provider is not None or meter_provider is not None
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
@@ -108,7 +110,22 @@ class Instruments:
             unit="{run}",
             description="Runs a worker found taken over by another claim",
         )
+        # Flow control (docs/flow-control.md): the wait of the runs of workflows with
+        # flow limits, due time to claim, by workflow and queue (never by flow key).
+        self.flow_wait = _seconds(
+            meter,
+            "durable.flow.wait",
+            "From a flow-limited run's due time to its claim, by the database's clock",
+            PICKUP_BUCKETS,
+        )
         self.observes_depth = observe_depth is not None
+        if observe_flow is not None:
+            meter.create_observable_gauge(
+                "durable.flow.held",
+                callbacks=[observe_flow],
+                unit="{run}",
+                description="Due runs held back by their workflow's flow limits, per workflow",
+            )
         if observe_depth is not None:
             meter.create_observable_gauge(
                 "durable.queue.depth",
