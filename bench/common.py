@@ -53,11 +53,12 @@ def suite_env(database: str, **extra: str) -> dict[str, str]:
     }
 
 
-def migrate(env: dict[str, str]) -> None:
-    """``manage.py migrate`` on the database of ``env`` (a ``suite_env``)."""
+def migrate(env: dict[str, str], cwd: Path = ROOT) -> None:
+    """``manage.py migrate`` on the database of ``env`` (a ``suite_env``), with the
+    code and migrations of the checkout ``cwd`` (this one by default)."""
     subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"],
-        cwd=ROOT,
+        [sys.executable, str(cwd / "manage.py"), "migrate", "-v", "0"],
+        cwd=cwd,
         env=env,
         check=True,
     )

@@ -24,6 +24,11 @@ Per library, on a database of its own:
 
 Run: ``python -m bench.duel [--rounds 12] [--n 300] [--json PATH]`` (the peers
 from ``pip install -e ".[bench]"``).
+
+``--against CHECKOUT`` duels this checkout with another checkout of django-durable
+instead of the peers (``git worktree add /tmp/before <commit>``): ``durable_before``
+is the other checkout's own ``durable`` process, its code and its migrations, on a
+database of its own, so a change is measured before and after under the same load.
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench.common import ROOT, drop_database, dsn, migrate, recreate_database, suite_env
 
-LIBRARIES = ("durable", "pgqueuer", "pgqueuer_unprepared", "procrastinate")
+PEERS = ("durable", "pgqueuer", "pgqueuer_unprepared", "procrastinate")
 # (ours, the peer, kind): the ratios reported, ours over the peer's rate.
 PAIRS = [
     ("durable", "pgqueuer", "new"),
@@ -48,6 +54,9 @@ PAIRS = [
     ("durable", "pgqueuer_unprepared", "dup"),
     ("durable", "procrastinate", "dup"),
 ]
+# With --against: this checkout and the other one.
+VERSIONS = ("durable", "durable_before")
+VERSION_PAIRS = [("durable", "durable_before", "new"), ("durable", "durable_before", "dup")]
 
 
 def database(library: str) -> str:
@@ -151,21 +160,30 @@ def serve(library: str) -> None:
 # --- the controller -------------------------------------------------------------
 
 
-def _env(library: str) -> dict[str, str]:
-    return suite_env(database(library))
+def _checkout(library: str, against: Path | None = None) -> Path:
+    """The checkout whose code serves ``library``."""
+    return against if library == "durable_before" else ROOT
 
 
-def _prepare(library: str) -> None:
+def _env(library: str, against: Path | None = None) -> dict[str, str]:
+    env = suite_env(database(library))
+    env["PYTHONPATH"] = str(_checkout(library, against))
+    return env
+
+
+def _prepare(library: str, against: Path | None = None) -> None:
     recreate_database(database(library))
-    if library == "durable":
-        migrate(_env(library))
+    if library.startswith("durable"):
+        migrate(_env(library, against), cwd=_checkout(library, against))
 
 
-def _start(library: str) -> subprocess.Popen:
+def _start(library: str, against: Path | None = None) -> subprocess.Popen:
+    # The other checkout serves its own code as ``durable``.
+    served = "durable" if library == "durable_before" else library
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.duel", "--serve", library],
-        cwd=ROOT,
-        env=_env(library),
+        [sys.executable, "-m", "bench.duel", "--serve", served],
+        cwd=_checkout(library, against),
+        env=_env(library, against),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -189,8 +207,8 @@ def _block(process: subprocess.Popen, kind: str, n: int, tag: str) -> tuple[floa
 PerRound = dict[str, dict[str, list[float]]]  # library -> kind -> one figure per round
 
 
-def _per_round() -> PerRound:
-    return {library: {"new": [], "dup": []} for library in LIBRARIES}
+def _per_round(libraries: tuple[str, ...]) -> PerRound:
+    return {library: {"new": [], "dup": []} for library in libraries}
 
 
 def _medians(figures: PerRound) -> dict[str, dict[str, float]]:
@@ -200,16 +218,18 @@ def _medians(figures: PerRound) -> dict[str, dict[str, float]]:
     }
 
 
-def duel(rounds: int, n: int) -> dict:
+def duel(rounds: int, n: int, against: Path | None = None) -> dict:
     """Rates (ops/s) and CPU per operation (µs, in the library's process) of each
-    library and kind per round, and the ratios of PAIRS."""
-    for library in LIBRARIES:
-        _prepare(library)
-    processes = {library: _start(library) for library in LIBRARIES}
-    rates, cpu = _per_round(), _per_round()
+    library and kind per round, and the ratios of PAIRS (of VERSION_PAIRS when
+    ``against`` names another checkout)."""
+    libraries, pairs = (VERSIONS, VERSION_PAIRS) if against else (PEERS, PAIRS)
+    for library in libraries:
+        _prepare(library, against)
+    processes = {library: _start(library, against) for library in libraries}
+    rates, cpu = _per_round(libraries), _per_round(libraries)
     try:
         for r in range(rounds):
-            order = LIBRARIES[r % len(LIBRARIES) :] + LIBRARIES[: r % len(LIBRARIES)]
+            order = libraries[r % len(libraries) :] + libraries[: r % len(libraries)]
             for kind in ("new", "dup"):
                 for library in order:
                     rate, used = _block(processes[library], kind, n, f"r{r}")
@@ -217,17 +237,17 @@ def duel(rounds: int, n: int) -> dict:
                     cpu[library][kind].append(used)
             print(
                 f"round {r + 1}: "
-                + ", ".join(f"{lib} {rates[lib]['new'][-1]:,.0f}/s" for lib in LIBRARIES),
+                + ", ".join(f"{lib} {rates[lib]['new'][-1]:,.0f}/s" for lib in libraries),
                 flush=True,
             )
     finally:
         for process in processes.values():
             process.stdin.close()
             process.wait(timeout=30)
-        for library in LIBRARIES:
+        for library in libraries:
             drop_database(database(library))
     ratios = {}
-    for ours, peer, kind in PAIRS:
+    for ours, peer, kind in pairs:
         each = [a / b for a, b in zip(rates[ours][kind], rates[peer][kind], strict=True)]
         q1, median, q3 = statistics.quantiles(each, n=4)
         ratios[f"{ours}_{kind} / {peer}_{kind}"] = {
@@ -252,9 +272,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--n", type=int, default=300, help="operations per block")
     parser.add_argument("--json", help="where to write the results")
+    parser.add_argument(
+        "--against", type=Path, help="another checkout of django-durable to duel with"
+    )
     args = parser.parse_args()
-    found = duel(args.rounds, args.n)
-    for library in LIBRARIES:
+    found = duel(args.rounds, args.n, args.against and args.against.resolve())
+    for library in found["rates"]:
         rate, used = found["rates"][library], found["cpu_us"][library]
         print(
             f"{library}: new {rate['new']:,.0f}/s ({used['new']:.0f} µs CPU each), "

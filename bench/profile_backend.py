@@ -4,6 +4,7 @@
 backends by ``perf``.
 
     python -m bench.profile_backend [--n 4000] [--libraries durable,pgqueuer]
+    python -m bench.profile_backend --against /tmp/before   # this checkout and another
 
 Each library runs in a process of its own, as in ``bench.duel`` (its database,
 its connections); ``perf record -g -p <backends>`` samples their backends over
@@ -72,9 +73,9 @@ def backend_pids(database: str) -> str:
     return ",".join(map(str, pids))
 
 
-def record(library: str, n: int, out: Path) -> None:
+def record(library: str, n: int, out: Path, against: Path | None = None) -> None:
     """Warm the library up, then sample its backends over one block of ``n`` new keys."""
-    process = duel._start(library)
+    process = duel._start(library, against)
     try:
         duel._block(process, "new", 300, "warm")
         perf = subprocess.Popen(
@@ -114,18 +115,25 @@ def phases(path: Path, n: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=4000, help="new keys sampled per library")
-    parser.add_argument("--libraries", default=",".join(duel.LIBRARIES))
+    parser.add_argument("--libraries", help="comma-separated (default: all of them)")
+    parser.add_argument(
+        "--against",
+        type=Path,
+        help="another checkout of django-durable: profile it (durable_before) beside this one",
+    )
     args = parser.parse_args()
     if shutil.which("perf") is None:
         sys.exit("perf is not installed (Debian: linux-perf)")
-    libraries = args.libraries.split(",")
+    against = args.against and args.against.resolve()
+    every = duel.VERSIONS if against else duel.PEERS
+    libraries = args.libraries.split(",") if args.libraries else list(every)
     found = {}
     with tempfile.TemporaryDirectory() as tmp:
         for library in libraries:
-            duel._prepare(library)
+            duel._prepare(library, against)
             try:
                 path = Path(tmp) / f"{library}.data"
-                record(library, args.n, path)
+                record(library, args.n, path, against)
                 found[library] = phases(path, args.n)
             finally:
                 drop_database(duel.database(library))
