@@ -106,7 +106,9 @@ def test_bad_items_raise_before_anything_is_written(define):
         ([({}, "ok:1"), ({"when": object()}, "ok:2")], TypeError),
         ([({}, "ok:1"), ({}, 7)], ValidationError),
         ([({}, "ok:1"), "not a pair"], TypeError),
-        ([({}, "ok:1"), ({}, "k", "extra")], TypeError),
+        ([({}, "ok:1"), ({}, "k", "tenant:1", "extra")], TypeError),
+        ([({}, "ok:1"), ({}, "k", "")], ValueError),
+        ([({}, "ok:1"), ({}, "k", 7)], TypeError),
         ({"not": "pairs"}, TypeError),
     ]:
         with pytest.raises(error):
