@@ -257,6 +257,17 @@ class Run(models.Model):
                 ),
                 name="durable_run_flow",
             ),
+            # The claim with flow keys, its runs without one: a queue's due runs
+            # without a flow key in claim order. durable_run_claim holds them too, but
+            # among the flow-keyed ones: behind a key's backlog of 100,000 due runs,
+            # reading it for the first runs without a key would read the backlog.
+            models.Index(
+                fields=["queue", "-priority", "due_at"],
+                condition=Q(
+                    status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=True
+                ),
+                name="durable_run_claim_no_flow",
+            ),
             # A flow key's begins in the last ``per`` (rate_per_key), newest last.
             models.Index(
                 fields=["workflow", "flow_key", "started_at"],

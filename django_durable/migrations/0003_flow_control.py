@@ -78,6 +78,18 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="run",
             index=models.Index(
+                condition=models.Q(
+                    ("due_at__isnull", False),
+                    ("flow_key__isnull", True),
+                    ("status__in", ("pending", "waiting", "compensating")),
+                ),
+                fields=["queue", "-priority", "due_at"],
+                name="durable_run_claim_no_flow",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
                 condition=models.Q(("flow_key__isnull", False), ("started_at__isnull", False)),
                 fields=["workflow", "flow_key", "started_at"],
                 name="durable_run_flow_begun",

@@ -35,7 +35,9 @@
 --    the rate's limit less its begins since v_now - per, counted through
 --    durable_run_flow_begun: at most `limit` index entries), then up to that room of
 --    its due runs, in claim order, locked FOR UPDATE SKIP LOCKED. Runs without a flow
---    key are one more group per queue, read through durable_run_claim. The
+--    key are one more group per queue, read through durable_run_claim_no_flow (not
+--    durable_run_claim: there they sit among a key's backlog, which reading for the
+--    first of them would walk, or the planner would scan the table for). The
 --    candidates are then taken in turns: priority first, then round by round across
 --    flow keys (the first due run of every key, then the second...), within a round
 --    the key whose turn (durable_flow_turn.claimed_at) is oldest first, a key never

@@ -1,0 +1,65 @@
+"""PostgreSQL plans of the claim's flow path (durable_claim_v2 with flow-keyed runs
+due): one key's backlog is read through ``durable_run_flow`` up to the room its
+limits leave, and the runs without a flow key through ``durable_run_claim_no_flow``,
+never by a scan of the table, even when the statistics say nearly every claimable
+run has a flow key (the plan that made the claim grow with a key's backlog)."""
+
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_durable import store
+from django_durable.models import Run, Status
+from tests import plans
+from tests.plans import explain_function
+from tests.test_explain import call_arguments
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+BACKLOG = 5_000
+
+
+def backlog(count: int, flow_key: str = "tenant:big") -> None:
+    at = timezone.now() - timedelta(minutes=5)
+    Run.objects.bulk_create(
+        Run(
+            id=uuid.uuid4(),
+            workflow="per_tenant",
+            queue="flow",
+            status=Status.PENDING,
+            flow_key=flow_key,
+            due_at=at + timedelta(milliseconds=n),
+            created_at=at,
+        )
+        for n in range(count)
+    )
+
+
+def flow_claim_plan() -> str:
+    """The generic plan (the one durable_claim_v2 keeps) of the flow path's statement,
+    with the arguments of a real claim of the queue "flow"."""
+    values = call_arguments(
+        lambda: store.claim(
+            worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
+        ),
+        "durable_claim_v2",
+    )
+    return explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_FLOW_QUERY, values, generic=True)
+
+
+def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
+    backlog(BACKLOG)
+    backlog(10, "tenant:small")
+    Run.objects.create(
+        workflow="per_tenant", queue="flow", status=Status.PENDING, due_at=timezone.now()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    plan = flow_claim_plan()
+    assert "durable_run_flow" in plan, plan
+    assert "durable_run_claim_no_flow" in plan, plan
+    assert not re.search(r"Seq Scan on durable_run\b", plan), plan
