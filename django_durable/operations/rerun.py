@@ -19,11 +19,11 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
-from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import KeyTaken, NotFinished
 from django_durable.models import FINISHED_STATUSES, Run
 from django_durable.operations import inputs
+from django_durable.operations import state as run_state
 from django_durable.operations.calls import public_call
 from django_durable.operations.explain import explain
 from django_durable.operations.start import start_run

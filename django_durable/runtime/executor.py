@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError
 
 from django_durable import conf, store, telemetry
-from django_durable import state as run_state
 from django_durable.exceptions import (
     Cancelled,
     DefinitionChanged,
@@ -40,6 +39,7 @@ from django_durable.exceptions import (
 )
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
+from django_durable.operations import state as run_state
 from django_durable.runtime import calling, compensation, telling
 from django_durable.runtime.errors import (
     describe_error,
@@ -157,7 +157,7 @@ def _attempt(
             return _failed(workflow, run, step, started_at, late)
         try:
             _check_recordable(ctx.data, None, step)
-            # What the step changed so far, kept for a rerun from it (state.py, "undo").
+            # What the step changed so far, kept for a rerun from it (operations/state.py, "undo").
             partial = run_state.partial_changes(run.state, run.context, ctx.data)
             store.record_suspended(
                 run, step.name, started_at, ctx.data, waits, wait, partial=partial
@@ -193,7 +193,7 @@ def _attempt(
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
-        # What the step changed in the context, kept for a rerun from a step (state.py).
+        # What the step changed in the context, kept for a rerun from a step (operations/state.py).
         run.state = run_state.step_completed(previous_state, run.step_index, previous, ctx.data)
         if not last:
             store.record_step_completed(run, step.name, started_at, output, last=False)

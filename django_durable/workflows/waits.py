@@ -19,13 +19,13 @@ What a wait records, and so returns when the step runs again:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import WaitTimeout
+from django_durable.operations import state as run_state
+from django_durable.operations.state import Suspend
 from django_durable.workflows import input_kinds
 from django_durable.workflows.durations import as_timedelta
 from django_durable.workflows.values import check_json, check_text
@@ -34,20 +34,6 @@ __all__ = ["MAX_NAME_CHARS", "Suspend", "WaitMethods"]
 
 # An event's or an input's name: the column's length (Event.name).
 MAX_NAME_CHARS = 200
-
-
-@dataclass
-class Suspend(Exception):
-    """Raised by a wait to suspend the run; caught by the executor."""
-
-    kind: str  # "sleep" | "event" | "input" | "any" | "all" | "children"
-    name: str | None
-    until: datetime | None
-    timeout_value: Any = None
-    # "any" and "all": the events waited for, in the order the step named them.
-    names: tuple[str, ...] = ()
-    # "input": what ``check_spec`` recorded (kind, prompt, choices, on_timeout).
-    input_spec: dict | None = None
 
 
 def event_names(names: Any) -> list[str]:
