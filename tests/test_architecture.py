@@ -18,7 +18,7 @@ LAYERS = {
     "runtime": {"operations", "workflows", "store", "runtime"},
     "cli": {"operations", "workflows", "store", "dashboard", "cli"},
     "operations": {"operations", "workflows", "store"},
-    "workflows": {"workflows", "store"},
+    "workflows": {"workflows"},
     "store": {"store"},
 }
 
@@ -106,10 +106,6 @@ def test_layers_import_only_downwards():
             continue
         for target in targets:
             if name in STORE_USES_STATE and target == "django_durable.operations.state":
-                continue
-            if name == "django_durable.workflows.waits" and target.startswith(
-                "django_durable.operations.state"
-            ):
                 continue
             other = layer(target)
             if other is not None and other not in LAYERS[own]:

@@ -32,7 +32,7 @@ from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
 from django_durable.operations import state as run_state
 from django_durable.operations.start import checked, start_run
-from django_durable.workflows.context import Suspend
+from django_durable.operations.state import Suspend
 from django_durable.workflows.definition import (
     OnDuplicate,
     Workflow,

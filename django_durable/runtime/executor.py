@@ -40,13 +40,14 @@ from django_durable.exceptions import (
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
 from django_durable.operations import state as run_state
+from django_durable.operations.state import Suspend
 from django_durable.runtime import calling, compensation, telling
+from django_durable.runtime.context import Context
 from django_durable.runtime.errors import (
     describe_error,
     is_connection_fault,
     step_lost_its_connection,
 )
-from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import StepDef, Workflow, registry
 from django_durable.workflows.values import check_json, check_size
 
@@ -146,7 +147,7 @@ def _attempt(
 ) -> int | None:
     """One attempt of ``step``; None when the run goes on to its next step, otherwise
     what ``execute`` adds to the steps it executed (the run stopped here)."""
-    ctx = Context(run, waits=waits, children=children)
+    ctx = Context(run, waits=waits)
     started_at = store.now()
     run.deadline = _deadline(run, step, started_at)
     try:
