@@ -177,7 +177,7 @@ if TYPE_CHECKING:
     )
     from django_durable.operations.start import StartResult, start, start_detailed
     from django_durable.operations.waits import alist_pending_inputs, list_pending_inputs
-    from django_durable.workflows.context import Context
+    from django_durable.runtime.context import Context
 
 _LAZY = {
     **dict.fromkeys(
@@ -228,7 +228,7 @@ _LAZY = {
     **dict.fromkeys(
         ["alist_pending_inputs", "list_pending_inputs"], "django_durable.operations.waits"
     ),
-    "Context": "django_durable.workflows.context",
+    "Context": "django_durable.runtime.context",
 }
 
 

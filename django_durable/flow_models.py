@@ -10,6 +10,7 @@ count: a lost row only makes its key's next turn come first.
 """
 
 from django.db import models
+from django.db.models import Q
 from django.utils.timezone import now
 
 from django_durable.managers import DurableManager
@@ -33,3 +34,33 @@ class FlowTurn(models.Model):
 
     def __str__(self):
         return f"{self.queue} {self.flow_key or '(no flow key)'} at {self.claimed_at}"
+
+
+# The indexes of durable_run for flow control (models.Run.Meta lists them). The
+# claimable statuses as models.CLAIMABLE_STATUSES names them (models imports this
+# module, so not from there).
+CLAIMABLE = ("pending", "waiting", "compensating")
+RUN_FLOW_INDEXES = [
+    # The claim with flow keys (durable_claim_v2): a queue's (flow key,
+    # workflow) pairs by a loose index scan, each pair's due runs in order.
+    models.Index(
+        fields=["queue", "flow_key", "workflow", "-priority", "due_at"],
+        condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=False),
+        name="durable_run_flow",
+    ),
+    # The claim with flow keys, its runs without one: a queue's due runs
+    # without a flow key in claim order. durable_run_claim holds them too, but
+    # among the flow-keyed ones: behind a key's backlog of 100,000 due runs,
+    # reading it for the first runs without a key would read the backlog.
+    models.Index(
+        fields=["queue", "-priority", "due_at"],
+        condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=True),
+        name="durable_run_claim_no_flow",
+    ),
+    # A flow key's begins in the last ``per`` (rate_per_key), newest last.
+    models.Index(
+        fields=["workflow", "flow_key", "started_at"],
+        condition=Q(flow_key__isnull=False, started_at__isnull=False),
+        name="durable_run_flow_begun",
+    ),
+]

@@ -20,12 +20,15 @@ from django.db.models import Count, Min, Q
 from django_durable import conf, store
 from django_durable.models import ACTIVE_STATUSES, Run, Status, WorkerNode
 
-__all__ = ["CLOCK_TOLERANCE", "DUE_TOO_LONG", "Finding", "checks"]
+__all__ = ["CLOCK_TOLERANCE", "DUE_TOO_LONG", "WORKERS_KEPT", "Finding", "checks"]
 
 # A host clock further than this from the database's is a problem.
 CLOCK_TOLERANCE = timedelta(seconds=2)
 # A run due for longer than this with no live worker of its queue is stuck.
 DUE_TOO_LONG = timedelta(minutes=5)
+# How long a worker's row outlives its last heartbeat (maintenance forgets it then):
+# the workers a page can show.
+WORKERS_KEPT = store.WORKERS_KEPT
 NOTIFY_TIMEOUT = 5.0
 # Connections a worker opens besides one per thread: its main thread and its LISTEN.
 WORKER_EXTRA_CONNECTIONS = 2

@@ -13,6 +13,7 @@ from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
 from django_durable.db_functions import OctetLength
+from django_durable.flow_models import RUN_FLOW_INDEXES, FlowTurn  # noqa: F401
 from django_durable.managers import DurableManager
 
 
@@ -248,32 +249,7 @@ class Run(models.Model):
                 condition=Q(rerun_of_id__isnull=False),
                 name="durable_run_rerun_of",
             ),
-            # The claim with flow keys (durable_claim_v2): a queue's (flow key,
-            # workflow) pairs by a loose index scan, each pair's due runs in order.
-            models.Index(
-                fields=["queue", "flow_key", "workflow", "-priority", "due_at"],
-                condition=Q(
-                    status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=False
-                ),
-                name="durable_run_flow",
-            ),
-            # The claim with flow keys, its runs without one: a queue's due runs
-            # without a flow key in claim order. durable_run_claim holds them too, but
-            # among the flow-keyed ones: behind a key's backlog of 100,000 due runs,
-            # reading it for the first runs without a key would read the backlog.
-            models.Index(
-                fields=["queue", "-priority", "due_at"],
-                condition=Q(
-                    status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=True
-                ),
-                name="durable_run_claim_no_flow",
-            ),
-            # A flow key's begins in the last ``per`` (rate_per_key), newest last.
-            models.Index(
-                fields=["workflow", "flow_key", "started_at"],
-                condition=Q(flow_key__isnull=False, started_at__isnull=False),
-                name="durable_run_flow_begun",
-            ),
+            *RUN_FLOW_INDEXES,  # flow control's (flow_models.py)
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
@@ -506,6 +482,3 @@ class WorkerNode(models.Model):
 
     def __str__(self):
         return self.id
-
-
-from django_durable.flow_models import FlowTurn  # noqa: E402, F401  (flow control's turns)

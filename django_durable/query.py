@@ -1,4 +1,5 @@
-"""Questions about keys: ``list_keys()`` and the querysets the dashboard pages on.
+"""Questions about keys: ``list_keys()`` and the querysets the dashboard pages on
+(and ``reruns``, the reruns of a run, for its page).
 
 Every query here is shaped to match an index, so it stays fast on a runs table
 of millions of rows (``bench/keys_table.py`` measures it; the tests check the
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from django_durable import store
 from django_durable.models import Activity, Run
@@ -164,6 +165,11 @@ def status_counts(workflow: str | None = None) -> dict[str, int]:
         runs = runs.filter(workflow=workflow)
     rows = runs.order_by().values("status").annotate(n=Count("*")).values_list("status", "n")
     return dict(rows)
+
+
+def reruns(run_id) -> QuerySet[Run]:
+    """The reruns of a run, newest first (``durable_run_rerun_of``)."""
+    return store.reruns_of([run_id])
 
 
 def _workflows_with_keys() -> list[str]:

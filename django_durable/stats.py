@@ -1,4 +1,5 @@
-"""Numbers about keys: ``django_durable.stats.keys(workflow=None)``.
+"""Numbers about keys: ``django_durable.stats.keys(workflow=None)``; and
+``status_estimates()``, runs per status as PostgreSQL's statistics estimate them.
 
 Re-adds, dropped inputs and hand-offs come from the activity table, so they
 cover ``DURABLE["ACTIVITY_RETENTION"]`` (a week by default); ``keys_held``
@@ -16,6 +17,7 @@ from django.db.models.functions import TruncHour
 from django_durable import store
 from django_durable.models import Activity, Run
 from django_durable.query import DROPPING_OUTCOMES, readds
+from django_durable.store import estimates
 
 # Re-adds over time: one bucket per hour of the last day.
 BUCKET = timedelta(hours=1)
@@ -69,6 +71,13 @@ def keys(workflow: str | None = None) -> dict:
         "readds_over_time": _over_time(duplicates),
         "top_readded_keys": [dict(row) for row in top],
     }
+
+
+def status_estimates() -> dict[str, int] | None:
+    """Runs per status, estimated from PostgreSQL's table statistics (as fresh as the
+    last ANALYZE; a millisecond where a count reads every row); None where there are
+    none (SQLite, a table never analysed): the caller counts instead."""
+    return estimates.status_estimates()
 
 
 def _over_time(duplicates) -> list[dict]:

@@ -13,9 +13,9 @@ import django_durable as durable
 from django_durable import step, store
 from django_durable.models import Run, StepAttempt
 from django_durable.runtime import calling
+from django_durable.runtime.context import Context
 from django_durable.runtime.worker import Worker
 from django_durable.testing import drain
-from django_durable.workflows.context import Context
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import (
     AsyncHeartbeating,

@@ -159,11 +159,10 @@ def test_call_workflow_with_a_free_key_starts_a_keyed_child():
 
 
 def test_call_workflow_rejects_bad_arguments_before_writing():
-    from django_durable.operations import children
-    from django_durable.workflows.context import Context
+    from django_durable.runtime.context import Context
 
     run = Run(id=__import__("uuid").uuid4(), workflow="call_double", input={}, state={})
-    ctx = Context(run, waits=[], children=children)
+    ctx = Context(run, waits=[])
     with pytest.raises(ValidationError):
         ctx.call_workflow(Double, {"n": 1}, key="")
     with pytest.raises(TypeError):

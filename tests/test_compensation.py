@@ -220,6 +220,37 @@ def test_a_timeout_compensates_completed_steps():
     assert effects(run_id) == ["unbook"]
 
 
+class UndoStartsRuns(Workflow):
+    name = "undo_starts_runs"
+
+    @step(compensate="undo")
+    def book(self, ctx):
+        return "booked"
+
+    @step
+    def fail(self, ctx):
+        raise RuntimeError("fails for good")
+
+    def undo(self, ctx):
+        if ctx.input["call"] == "call_workflow":
+            ctx.call_workflow(TimedTrip)
+        else:
+            ctx.start(TimedTrip)
+
+
+@pytest.mark.parametrize("call", ["call_workflow", "start"])
+def test_a_compensation_starts_no_run(call):
+    """A compensation cannot wait for a child, and a run it started would outlive an
+    undo that runs again: its ctx refuses before anything is written."""
+    run_id = durable.start(UndoStartsRuns, {"call": call})
+    drain()
+    run = durable.get_run(run_id)
+    assert run.status == "compensation_failed"
+    assert run.error["compensation"]["type"] == "RuntimeError"
+    assert "not from a compensation" in run.error["compensation"]["message"]
+    assert list(Run.objects.values_list("id", flat=True)) == [run_id]
+
+
 def test_compensate_must_name_a_method():
     with pytest.raises(ImproperlyConfigured, match="not a method"):
 

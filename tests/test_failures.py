@@ -13,8 +13,8 @@ import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status, StepAttempt
 from django_durable.runtime import maintenance
+from django_durable.runtime.context import Context
 from django_durable.testing import drain
-from django_durable.workflows.context import Context
 from django_durable.workflows.definition import StepDef, step
 from django_durable.workflows.values import MAX_DEPTH
 from tests.helpers import fresh

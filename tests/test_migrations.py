@@ -1,9 +1,9 @@
-"""The migrations are the schema's history, frozen: none runs the package's code, and
-the text of every database function lives in the migration that creates it (a file
-of migrations/sql/ it reads by name), under a versioned name that the code calls.
+"""The migrations are the schema's history, frozen: none runs the package's code
+(tests/test_architecture.py checks what they import), and the text of every
+database function lives in the migration that creates it (a file of
+migrations/sql/ it reads by name), under a versioned name that the code calls.
 A function's body cannot change without a new version in a new migration."""
 
-import ast
 import hashlib
 import re
 from pathlib import Path
@@ -14,10 +14,6 @@ from django.db import connection
 from django_durable.store import claims, functions, starts, steps
 
 MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
-
-# What a migration may import from the package: what Django names by its path in a
-# migration's state, which therefore never moves (db_functions says so).
-ALLOWED_IMPORTS = {"django_durable.db_functions"}
 
 # Every released function file (its name without .sql) and its SHA-256. A released
 # file is never edited: a change is a new file (<name>_v<N+1>.sql) created by a new
@@ -35,57 +31,6 @@ RELEASED = {
 
 def migration_files() -> list[Path]:
     return sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, at any depth (``import x``, ``from x import y``,
-    ``importlib.import_module("x")``)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            found.add("." * node.level + (node.module or ""))
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("import_module", "__import__")
-        ):
-            found.add("<dynamic import>")
-    return found
-
-
-def test_no_migration_imports_the_packages_code():
-    assert migration_files()
-    for path in migration_files():
-        ours = {
-            name
-            for name in imported_modules(path)
-            if name.startswith((".", "django_durable", "<dynamic"))
-        }
-        assert ours <= ALLOWED_IMPORTS, (path.name, ours - ALLOWED_IMPORTS)
-
-
-def test_the_import_check_sees_every_way_of_importing():
-    """The check above would see the imports migrations 0013-0020 made before 0.2."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "0002_x.py"
-        path.write_text(
-            "import importlib\n"
-            "from django_durable.store.functions import installing\n"
-            "import django_durable.db_types\n"
-            "def f():\n    from . import other\n"
-            "m = importlib.import_module('django_durable.migrations.0001_initial')\n"
-        )
-        assert imported_modules(path) == {
-            "importlib",
-            "django_durable.store.functions",
-            "django_durable.db_types",
-            ".",
-            "<dynamic import>",
-        }
 
 
 def created_versions() -> dict[str, list[str]]:

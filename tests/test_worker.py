@@ -16,6 +16,7 @@ import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Schedule, StepAttempt, WorkerNode
 from django_durable.runtime import executor
+from django_durable.runtime.context import Context
 from django_durable.runtime.maintenance import Maintenance
 from django_durable.runtime.worker import (
     CLAIM_AHEAD_BELOW,
@@ -24,7 +25,6 @@ from django_durable.runtime.worker import (
     Worker,
     WorkerIdInUse,
 )
-from django_durable.workflows.context import Context
 from tests.plans import explain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper

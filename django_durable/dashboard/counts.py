@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django_durable.models import Run, Status
-from django_durable.store import estimates
+from django_durable.stats import status_estimates
 from django_durable.workflows.definition import registry
 
 BOUND = 10_000
@@ -45,7 +45,7 @@ def status_counts(workflow: str | None = None) -> tuple[list[tuple[str, Count]],
     defined workflow and status (the same index).
     """
     if workflow is None:
-        guessed = estimates.status_estimates()
+        guessed = status_estimates()
         if guessed is not None:
             note = "Estimated from PostgreSQL's table statistics (as of the last ANALYZE)."
             return [(s.value, Count(guessed.get(s.value, 0), estimated=True)) for s in Status], note

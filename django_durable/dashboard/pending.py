@@ -25,12 +25,12 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 import django_durable as durable
-from django_durable import state as run_state
 from django_durable.dashboard import audit
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.exceptions import DurableError
 from django_durable.models import Run, Status
+from django_durable.operations import state as run_state
 from django_durable.workflows import input_kinds
 from django_durable.workflows.definition import registry
 

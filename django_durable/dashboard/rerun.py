@@ -20,7 +20,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 
-from django_durable import store
+from django_durable import query
 from django_durable.dashboard import actions, audit
 from django_durable.dashboard.actions import Action
 from django_durable.dashboard.timeline import human_duration
@@ -58,11 +58,11 @@ class Replay:
 def replay_of(run: Run) -> Replay:
     """The run page's replay section (one query for the reruns, one for the steps)."""
     reruns = list(
-        store.reruns_of([run.id]).only("id", "status", "rerun_from_step", "created_at")[
+        query.reruns(run.id).only("id", "status", "rerun_from_step", "created_at")[
             : RERUNS_SHOWN + 1
         ]
     )
-    steps = rerun_steps(run) if run.status in FINISHED_STATUSES else []
+    steps = rerunning.rerun_steps(run) if run.status in FINISHED_STATUSES else []
     return Replay(
         run.rerun_of_id,
         run.rerun_from_step,
@@ -89,23 +89,6 @@ def _kept(keep) -> str:
     return human_duration(keep)
 
 
-def rerun_steps(run: Run) -> list[str]:
-    """The steps ``run`` may be rerun from: those it began that the deployed
-    definition still has, in order."""
-    try:
-        deployed = set(registry.get(run.workflow).step_names())
-    except LookupError:
-        return []
-    began = store.began_steps(run.id)
-    recorded = list(run.step_names or [])
-    origin = recorded.index(run.rerun_from_step) if run.rerun_from_step in recorded else 0
-    return [
-        name
-        for index, name in enumerate(recorded)
-        if name in deployed and (index in began or index < origin)
-    ]
-
-
 def _run_or_404(run_id) -> Run:
     try:
         return Run.objects.get(id=run_id)
@@ -121,7 +104,7 @@ def _log(user, original: Run, new_id: uuid.UUID, what: str, reason: str | None) 
 def rerun_from_step(request, run_admin, run_id):
     """ "Rerun from step…": a choice of the run's steps, then the rerun."""
     run = _run_or_404(run_id)
-    steps = rerun_steps(run)
+    steps = rerunning.rerun_steps(run)
     chosen = request.POST.get("from_step") or request.GET.get("from_step") or None
     ok, why = rerunning.explain_rerun(run, chosen)
     if request.method == "POST":

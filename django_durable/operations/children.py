@@ -26,13 +26,13 @@ from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
-from django_durable import state as run_state
 from django_durable import store, telemetry
 from django_durable.exceptions import ChildFailed, KeyTaken, ParallelFailed
 from django_durable.models import Run
 from django_durable.operations import finish, inputs, keys, parents
+from django_durable.operations import state as run_state
 from django_durable.operations.start import checked, start_run
-from django_durable.workflows.context import Suspend
+from django_durable.operations.state import Suspend
 from django_durable.workflows.definition import (
     OnDuplicate,
     Workflow,

@@ -15,9 +15,9 @@ import logging
 import uuid
 
 from django_durable import signals, store, telemetry
-from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
 from django_durable.operations import keys, parents
+from django_durable.operations import state as run_state
 from django_durable.workflows.definition import registry
 
 logger = logging.getLogger("django_durable")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import uuid
 
-from django_durable import state as run_state
 from django_durable import store
 from django_durable.models import FINISHED_STATUSES, Status
+from django_durable.operations import state as run_state
 
 
 def verdict(ids: list[uuid.UUID], outcomes: dict, mode: str) -> str:

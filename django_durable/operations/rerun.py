@@ -19,17 +19,17 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
-from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import KeyTaken, NotFinished
 from django_durable.models import FINISHED_STATUSES, Run
 from django_durable.operations import inputs
+from django_durable.operations import state as run_state
 from django_durable.operations.calls import public_call
 from django_durable.operations.explain import explain
 from django_durable.operations.start import start_run
 from django_durable.workflows.definition import Workflow, registry
 
-__all__ = ["SAME_INPUT", "RerunPlan", "explain_rerun", "plan_rerun", "rerun"]
+__all__ = ["SAME_INPUT", "RerunPlan", "explain_rerun", "plan_rerun", "rerun", "rerun_steps"]
 
 
 class _SameInput:
@@ -81,7 +81,7 @@ def plan_rerun(run: Run, from_step: str | None = None, input: Any = SAME_INPUT) 
             f"its steps are {', '.join(deployed)}"
         )
     index = recorded.index(from_step)
-    if not _began(run, index, recorded):
+    if not _began(run, index, recorded, store.began_steps(run.id)):
         raise ValueError(f"run {run.id} never began step {from_step!r}")
     context = run_state.context_before(run.context, run.state, index)
     new_index = deployed.index(from_step)
@@ -92,13 +92,29 @@ def plan_rerun(run: Run, from_step: str | None = None, input: Any = SAME_INPUT) 
     return RerunPlan(run, workflow, payload, text, from_step, new_index, context, state)
 
 
-def _began(run: Run, index: int, recorded: list[str]) -> bool:
-    """Whether the run began step ``index``: it has an attempt of it, or it is a rerun
-    that began after it (its original began it)."""
+def rerun_steps(run: Run) -> list[str]:
+    """The steps ``run`` may be rerun from: those it began that the deployed definition
+    still has, in order (one query)."""
+    try:
+        deployed = set(registry.get(run.workflow).step_names())
+    except LookupError:
+        return []
+    began = store.began_steps(run.id)
+    recorded = list(run.step_names or [])
+    return [
+        name
+        for index, name in enumerate(recorded)
+        if name in deployed and _began(run, index, recorded, began)
+    ]
+
+
+def _began(run: Run, index: int, recorded: list[str], began: set[int]) -> bool:
+    """Whether the run began step ``index``: it has an attempt of it (``began``: the
+    indexes of those), or it is a rerun that began after it (its original began it)."""
     origin = run.rerun_from_step
     if origin is not None and origin in recorded and index < recorded.index(origin):
         return True
-    return index in store.began_steps(run.id)
+    return index in began
 
 
 @public_call("arerun")

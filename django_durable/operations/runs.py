@@ -16,7 +16,6 @@ from typing import Any
 from django.db.models import QuerySet
 
 from django_durable import signals, store, telemetry
-from django_durable import state as run_state
 from django_durable.exceptions import (
     AlreadyFinished,
     KeyContended,
@@ -36,6 +35,7 @@ from django_durable.models import (
     Status,
 )
 from django_durable.operations import inputs, keys
+from django_durable.operations import state as run_state
 from django_durable.operations.calls import public_call
 from django_durable.operations.finish import (
     run_finished,

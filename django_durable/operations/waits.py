@@ -12,8 +12,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from django_durable import state as run_state
 from django_durable import store
+from django_durable.operations import state as run_state
 from django_durable.workflows.definition import Workflow, registry
 
 __all__ = ["MAX_PENDING_INPUTS", "alist_pending_inputs", "list_pending_inputs"]

@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django_durable import state as run_state
 from django_durable import store, telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.operations import finish
+from django_durable.operations import state as run_state
+from django_durable.operations.state import Suspend
 from django_durable.runtime import calling
+from django_durable.runtime.context import Context
 from django_durable.runtime.errors import describe_error, step_lost_its_connection
-from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import Workflow
 from django_durable.workflows.values import check_json
 
@@ -85,7 +86,7 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         index = pending[0]
         step = workflow.steps[index]
         started_at = store.now()
-        ctx = Context(run, waits=[])
+        ctx = Context(run, waits=[], starts_runs=False)
         executed += 1
         try:
             output = _call(run, instance, step.compensate, ctx)
@@ -108,7 +109,7 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
                 return executed
             _failed(run, index, step, started_at, exc)
             return executed
-        # What the compensation changed in the context, kept for a rerun (state.py).
+        # What the compensation changed in the context, kept for a rerun (operations/state.py).
         run.state = run_state.compensation_changed(run.state, run.context, ctx.data)
         try:
             store.record_compensation_completed(

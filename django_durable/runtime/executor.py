@@ -30,7 +30,6 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError
 
 from django_durable import conf, store, telemetry
-from django_durable import state as run_state
 from django_durable.exceptions import (
     Cancelled,
     DefinitionChanged,
@@ -40,13 +39,15 @@ from django_durable.exceptions import (
 )
 from django_durable.models import Run, Status
 from django_durable.operations import children, finish, parents
+from django_durable.operations import state as run_state
+from django_durable.operations.state import Suspend
 from django_durable.runtime import calling, compensation, telling
+from django_durable.runtime.context import Context
 from django_durable.runtime.errors import (
     describe_error,
     is_connection_fault,
     step_lost_its_connection,
 )
-from django_durable.workflows.context import Context, Suspend
 from django_durable.workflows.definition import StepDef, Workflow, registry
 from django_durable.workflows.values import check_json, check_size
 
@@ -146,7 +147,7 @@ def _attempt(
 ) -> int | None:
     """One attempt of ``step``; None when the run goes on to its next step, otherwise
     what ``execute`` adds to the steps it executed (the run stopped here)."""
-    ctx = Context(run, waits=waits, children=children)
+    ctx = Context(run, waits=waits)
     started_at = store.now()
     run.deadline = _deadline(run, step, started_at)
     try:
@@ -157,7 +158,7 @@ def _attempt(
             return _failed(workflow, run, step, started_at, late)
         try:
             _check_recordable(ctx.data, None, step)
-            # What the step changed so far, kept for a rerun from it (state.py, "undo").
+            # What the step changed so far, kept for a rerun from it (operations/state.py, "undo").
             partial = run_state.partial_changes(run.state, run.context, ctx.data)
             store.record_suspended(
                 run, step.name, started_at, ctx.data, waits, wait, partial=partial
@@ -193,7 +194,7 @@ def _attempt(
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
-        # What the step changed in the context, kept for a rerun from a step (state.py).
+        # What the step changed in the context, kept for a rerun from a step (operations/state.py).
         run.state = run_state.step_completed(previous_state, run.step_index, previous, ctx.data)
         if not last:
             store.record_step_completed(run, step.name, started_at, output, last=False)

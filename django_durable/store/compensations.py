@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db.models import F
 
-from django_durable import state as run_state
 from django_durable.models import Run, Status, StepAttempt
+from django_durable.operations import state as run_state
 from django_durable.store.base import (
     LeaseLost,
     announce_attempt,

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 
 from django.db.models import F, QuerySet
 
-from django_durable import state as run_state
 from django_durable.models import FINISHED_STATUSES, Event, Run, Status, StepAttempt
+from django_durable.operations import state as run_state
 from django_durable.store.base import LeaseLost, atomic, db_now, notify_due, now, owned
 from django_durable.store.compensations import hand_back_compensating, recover_expired_compensations
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django_durable import state as run_state
 from django_durable.models import Event, Run, Status, StepAttempt
+from django_durable.operations import state as run_state
 from django_durable.store.base import (
     LeaseLost,
     announce_attempt,

@@ -23,7 +23,7 @@ from django_durable.workflows.retention import validated_retention
 
 if TYPE_CHECKING:
     # Only for the annotations: the context module needs the store, this one doesn't.
-    from django_durable.workflows.context import Context
+    from django_durable.runtime.context import Context
 
 # The values a type checker accepts, kept next to the tuples the checks use.
 Reuse: TypeAlias = Literal["after_close", "after_failure", "never"]

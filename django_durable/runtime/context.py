@@ -1,7 +1,11 @@
 """The ``ctx`` a step receives: input, context values, waits and heartbeats.
 
+It lives beside the executor that makes it: it renews the run's lease, starts
+child runs (``operations.children``) and reads the clock, which a workflow's
+definition (``workflows/``) never does.
+
 A wait (``sleep``, ``wait_for_event``, ``wait_for_any``, ``wait_for_all``,
-``wait_for_input``: ``workflows.waits``) suspends the run by raising ``Suspend``;
+``wait_for_input``: ``runtime.waits``) suspends the run by raising ``Suspend``;
 the executor records it and frees the worker. When the run resumes, the step runs
 again from its start and each wait it already passed returns the value recorded
 for it, in call order.
@@ -15,10 +19,12 @@ from typing import Any
 
 from django_durable import conf, store
 from django_durable.exceptions import Cancelled, RunTimedOut
-from django_durable.workflows.async_context import AsyncContextMethods, refuse_in_event_loop
+from django_durable.operations import children
+from django_durable.operations.state import Suspend
+from django_durable.runtime.async_context import AsyncContextMethods, refuse_in_event_loop
+from django_durable.runtime.waits import WaitMethods
 from django_durable.workflows.definition import OnDuplicate, Workflow
 from django_durable.workflows.values import check_json
-from django_durable.workflows.waits import Suspend, WaitMethods
 
 __all__ = ["Context", "Suspend"]
 
@@ -33,11 +39,11 @@ class Context(WaitMethods, AsyncContextMethods):
     """What a step sees of its run. One is made for each execution of a step.
     An ``async def`` step awaits ``aheartbeat``, ``acall_workflow``, ``aparallel``."""
 
-    def __init__(self, run, *, waits: list[Any], children: Any = None):
+    def __init__(self, run, *, waits: list[Any], starts_runs: bool = True):
         self._run = run
-        # What starts and awaits child runs (``operations.children``), given by the
-        # executor: a workflow definition knows nothing of how runs are started.
-        self._children = children
+        # A compensation's ctx starts no run: it cannot wait for a child, and a run it
+        # started would outlive an undo that runs again (runtime.compensation).
+        self._starts_runs = starts_runs
         self._data: dict[str, Any] = copy.deepcopy(run.context or {})
         self._waits = waits
         self._wait_calls = 0
@@ -146,7 +152,7 @@ class Context(WaitMethods, AsyncContextMethods):
         except store.LeaseLost:
             raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned") from None
 
-    # --- children and parallel branches (children.py) ---------------------------
+    # --- children and parallel branches (operations.children) -------------------
 
     def call_workflow(
         self,
@@ -159,12 +165,12 @@ class Context(WaitMethods, AsyncContextMethods):
         return its result; raises ``durable.ChildFailed`` if it doesn't complete.
         The run waits without holding a worker; the same child is found again when
         the step runs again."""
-        return self._child_runs().call_workflow(self, workflow, input, key=key)
+        return children.call_workflow(self._starting(), workflow, input, key=key)
 
     def parallel(self, branches: list, *, mode: str = "fail_fast") -> list[Any]:
         """Run ``branches`` (workflows or ``(workflow, input)`` pairs) as child runs
         at once and return their results in order. See ``durable.parallel``."""
-        return self._child_runs().parallel(self, branches, mode=mode)
+        return children.parallel(self._starting(), branches, mode=mode)
 
     def start(
         self,
@@ -179,11 +185,11 @@ class Context(WaitMethods, AsyncContextMethods):
         a step that runs again (after a wait or a retry) returns the same run and
         starts nothing new (``durable.start()`` inside a step would start again).
         ``flow_key``: as ``durable.start()``'s."""
-        return self._child_runs().start_from_step(
-            self, workflow, input, key=key, on_duplicate=on_duplicate, flow_key=flow_key
+        return children.start_from_step(
+            self._starting(), workflow, input, key=key, on_duplicate=on_duplicate, flow_key=flow_key
         )
 
-    def _child_runs(self):
-        if self._children is None:
-            raise RuntimeError("child runs are started from a step the worker executes")
-        return self._children
+    def _starting(self) -> Context:
+        if not self._starts_runs:
+            raise RuntimeError("child runs are started from a step, not from a compensation")
+        return self

@@ -19,35 +19,19 @@ What a wait records, and so returns when the step runs again:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_durable import state as run_state
 from django_durable import store
 from django_durable.exceptions import WaitTimeout
+from django_durable.operations import state as run_state
+from django_durable.operations.inputs import validate_name
+from django_durable.operations.state import Suspend
 from django_durable.workflows import input_kinds
 from django_durable.workflows.durations import as_timedelta
-from django_durable.workflows.values import check_json, check_text
+from django_durable.workflows.values import check_json
 
-__all__ = ["MAX_NAME_CHARS", "Suspend", "WaitMethods"]
-
-# An event's or an input's name: the column's length (Event.name).
-MAX_NAME_CHARS = 200
-
-
-@dataclass
-class Suspend(Exception):
-    """Raised by a wait to suspend the run; caught by the executor."""
-
-    kind: str  # "sleep" | "event" | "input" | "any" | "all" | "children"
-    name: str | None
-    until: datetime | None
-    timeout_value: Any = None
-    # "any" and "all": the events waited for, in the order the step named them.
-    names: tuple[str, ...] = ()
-    # "input": what ``check_spec`` recorded (kind, prompt, choices, on_timeout).
-    input_spec: dict | None = None
+__all__ = ["Suspend", "WaitMethods"]
 
 
 def event_names(names: Any) -> list[str]:
@@ -60,18 +44,10 @@ def event_names(names: Any) -> list[str]:
     if not names:
         raise ValueError("names must name at least one event")
     for name in names:
-        check_name(name, "event")
+        validate_name(name, "event")
     if len(set(names)) != len(names):
         raise ValueError(f"names must be distinct, got {list(names)!r}")
     return list(names)
-
-
-def check_name(name: Any, kind: str) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{kind} names are non-empty strings, got {name!r}")
-    if len(name) > MAX_NAME_CHARS:
-        raise ValueError(f"{kind} names are at most {MAX_NAME_CHARS} characters, got {len(name)}")
-    return check_text(name, f"the {kind} name")
 
 
 def _until(timeout: Any, what: str) -> datetime | None:
@@ -142,7 +118,7 @@ class WaitMethods:
         A run gets one event per name: once one was received, every wait for that
         name returns it. Returns ``timeout_value`` when ``timeout`` passes first.
         """
-        check_name(name, "event")
+        validate_name(name, "event")
         until = _until(timeout, "event timeout")
         check_json(timeout_value, "timeout_value")
         return self._wait_for_one("event", name, until, timeout_value)
@@ -223,7 +199,7 @@ class WaitMethods:
         ``timeout_value`` (``on_timeout="resume"``), or the run fails
         (``on_timeout="fail"``) without the step running again.
         """
-        check_name(name, "input")
+        validate_name(name, "input")
         spec = input_kinds.check_spec(kind, prompt, choices, on_timeout)
         until = _until(timeout, "input timeout")
         check_json(timeout_value, "timeout_value")

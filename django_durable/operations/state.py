@@ -1,26 +1,19 @@
 """What ``Run.state`` holds: the one module that reads and writes its JSON keys.
 
-``Run.state`` is the run's bookkeeping between executions of a step (a step
-runs again from its start when the run resumes, and its waits return what was
-recorded for them):
+A typed value that operations own: ``RunState`` (its keys below) and ``Suspend``,
+the wait a step suspends in; pure functions, no database. Operations and the
+runtime decide with them; the store writes what they return. ``Run.state`` is the
+run's bookkeeping between executions of a step (a step runs again from its start
+when the run resumes, and its waits return what was recorded for them):
 
-- ``waits``: the values of the current step's waits that already passed, in
-  call order;
-- ``pending``: the wait the run is suspended in (``kind``, ``name``,
-  ``timeout_value``; ``names`` for ``wait_for_any`` / ``wait_for_all``; ``input``,
-  the kind, prompt, choices and ``on_timeout`` of an input; ``since`` and
-  ``timeout_at``, ISO 8601 times);
+- ``waits``: the values of the current step's waits that already passed, in call
+  order; ``pending``: the wait the run is suspended in (``PendingWait``);
 - ``received``: the event or input received per ``"<kind>:<name>"`` slot (one per
-  name for the whole run; the events of a ``wait_for_all`` that arrived so far are
-  kept here, one delivery at a time);
-- ``children``: the ids of the child runs each call started, by
-  ``"<step index>:<call number>"``, and ``awaiting``: the runs the step waits for
-  (``ids``, ``mode``);
-- ``starts``: the id of the run each ``ctx.start`` call started (or was answered
-  with), by ``"<step index>:<call number>"``, so the call starts nothing new when
-  the step runs again;
-- ``compensation``: the steps still to undo (``pending``, step indexes in the
-  order to undo them) and the step that failed (``failed_step``);
+  name for the whole run; a ``wait_for_all``'s events are kept as they arrive);
+- ``children``: the ids of the child runs each call started, by ``"<step
+  index>:<call number>"``; ``awaiting``: the runs the step waits for; ``starts``: the
+  run each ``ctx.start`` call started (or was answered with), by call, so the call
+  starts nothing new when the step runs again; ``compensation``: what is left to undo;
 - ``undo``: what each completed step changed in the context, by step index (a
   string), as the values it replaced: ``{name: [old value]}``, or ``{name: []}`` for
   a name the step added; a step that changed nothing has no entry. ``partial``: the
@@ -35,10 +28,16 @@ Every function returns a new dict; none changes the one it is given.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 __all__ = [
+    "Awaiting",
+    "Compensation",
+    "PendingWait",
+    "RunState",
+    "Suspend",
     "awaited_slots",
     "awaiting",
     "between_steps",
@@ -72,11 +71,73 @@ __all__ = [
 ]
 
 
-def event_slot(kind: str, name: str) -> str:
+# Changes to a context, by name: ``[the value replaced]``, or ``[]`` for a name added.
+Changes = dict[str, list[Any]]
+
+
+class PendingWait(TypedDict, total=False):
+    """``Run.state["pending"]``: the wait the run is suspended in."""
+
+    kind: str  # "sleep" | "event" | "input" | "any" | "all" | "children"
+    name: str | None
+    timeout_value: Any
+    names: list[str]  # "any" and "all"
+    input: dict[str, Any]  # "input": kind, prompt, choices, on_timeout
+    since: str | None  # ISO 8601
+    timeout_at: str | None  # ISO 8601
+
+
+class Awaiting(TypedDict):
+    """``Run.state["awaiting"]``: the runs the step waits for."""
+
+    ids: list[str]
+    mode: str
+
+
+class Compensation(TypedDict):
+    """``Run.state["compensation"]``: the steps still to undo, and the one that failed."""
+
+    pending: list[int]
+    failed_step: str | None
+
+
+class RunState(TypedDict, total=False):
+    """``Run.state``, every key optional (the module's docstring says what each holds)."""
+
+    waits: list[Any]
+    pending: PendingWait
+    received: dict[str, Any]
+    children: dict[str, list[str]]
+    awaiting: Awaiting
+    starts: dict[str, str]
+    compensation: Compensation
+    undo: dict[str, Changes]
+    partial: Changes
+    undo_comp: list[Changes]
+
+
+@dataclass
+class Suspend(Exception):
+    """The wait a step suspends in (raised by ``runtime.waits`` and ``operations.children``,
+    caught by the executor, recorded as ``RunState["pending"]`` by ``suspended``)."""
+
+    kind: str  # "sleep" | "event" | "input" | "any" | "all" | "children"
+    name: str | None
+    until: datetime | None
+    timeout_value: Any = None
+    names: tuple[str, ...] = ()  # "any", "all": the events, in the order the step named them
+    input_spec: dict | None = None  # "input": what ``check_spec`` recorded
+
+
+def _of(state: RunState | None) -> RunState:
+    return state if state is not None else RunState()
+
+
+def event_slot(kind: str, name: str | None) -> str:
     return f"{kind}:{name}"
 
 
-def slot_of(wait) -> str | None:
+def slot_of(wait: Suspend) -> str | None:
     """The ``received`` slot a single wait takes its value from (none for a sleep,
     children, or a wait for several events: ``awaited_slots``)."""
     if wait.kind in ("event", "input"):
@@ -84,8 +145,8 @@ def slot_of(wait) -> str | None:
     return None
 
 
-def received(state: dict | None) -> dict[str, Any]:
-    return dict((state or {}).get("received") or {})
+def received(state: RunState | None) -> dict[str, Any]:
+    return dict(_of(state).get("received") or {})
 
 
 # The column ``Run.waiting_for`` is 300 characters; the state keeps every name.
@@ -95,12 +156,15 @@ WAITING_FOR_CHARS = 300
 # --- waits -----------------------------------------------------------------------
 
 
-def between_steps(state: dict | None) -> dict:
+def between_steps(state: RunState | None) -> RunState:
     """A step that completed or failed leaves no waits behind. Events received stay
     (one per name for the whole run), and so do the children each call started, so a
     retried step finds the children that completed instead of starting them again."""
-    state = state or {}
-    return {name: state[name] for name in _KEPT_BETWEEN_STEPS if state.get(name)}
+    kept = _of(state).copy()
+    for name in list(kept):
+        if name not in _KEPT_BETWEEN_STEPS or not kept[name]:  # type: ignore[literal-required]
+            del kept[name]  # type: ignore[misc]
+    return kept
 
 
 # What a step's end (completed or failed) leaves of the state: the events received,
@@ -110,17 +174,17 @@ _KEPT_BETWEEN_STEPS = ("received", "children", "starts", "undo", "partial", "und
 
 
 def suspended(
-    state: dict | None,
+    state: RunState | None,
     waits: list,
-    wait,
+    wait: Suspend,
     kept: dict[str, Any] | None = None,
     at: datetime | None = None,
-) -> dict:
+) -> RunState:
     """The step suspends in ``wait`` after passing ``waits`` (at ``at``); ``kept``: the
     events (by slot) sent before the run waited for them, delivered now."""
-    new = dict(state or {})
+    new = _of(state).copy()
     new["waits"] = waits
-    pending: dict[str, Any] = {"kind": wait.kind, "name": wait.name}
+    pending = PendingWait(kind=wait.kind, name=wait.name)
     pending["timeout_value"] = wait.timeout_value
     if wait.kind in ("any", "all"):
         pending["names"] = list(wait.names)
@@ -133,7 +197,7 @@ def suspended(
     return new
 
 
-def _slots(pending: dict) -> list[str]:
+def _slots(pending: PendingWait) -> list[str]:
     """Every slot the pending wait takes a value from."""
     if pending.get("kind") in ("event", "input"):
         return [event_slot(pending["kind"], pending["name"])]
@@ -142,17 +206,17 @@ def _slots(pending: dict) -> list[str]:
     return []
 
 
-def awaited_slots(state: dict | None) -> list[str]:
+def awaited_slots(state: RunState | None) -> list[str]:
     """The slots a delivery may fill now: the pending wait's, less those it has (for
     ``all``, the events still missing)."""
     got = received(state)
-    return [slot for slot in _slots((state or {}).get("pending") or {}) if slot not in got]
+    return [slot for slot in _slots(_of(state).get("pending") or {}) if slot not in got]
 
 
-def satisfied(state: dict | None) -> bool:
+def satisfied(state: RunState | None) -> bool:
     """Whether the pending wait has what it waits for: the event or input, one of the
     events (``any``), every event (``all``)."""
-    pending = (state or {}).get("pending") or {}
+    pending = _of(state).get("pending") or {}
     slots, got = _slots(pending), received(state)
     if not slots:
         return False
@@ -160,10 +224,10 @@ def satisfied(state: dict | None) -> bool:
     return all(have) if pending["kind"] == "all" else any(have)
 
 
-def waiting_label(state: dict | None) -> str:
+def waiting_label(state: RunState | None) -> str:
     """``Run.waiting_for`` of a run suspended in the pending wait: ``"event:<name>"``,
     ``"input:<name>"``, ``"any:<a>, <b>"``, ``"all:<the names still missing>"``."""
-    pending = (state or {}).get("pending") or {}
+    pending = _of(state).get("pending") or {}
     kind = pending.get("kind")
     if kind in ("event", "input"):
         label = event_slot(kind, pending["name"])
@@ -177,16 +241,16 @@ def waiting_label(state: dict | None) -> str:
     return label[:WAITING_FOR_CHARS]
 
 
-def delivered(state: dict | None, slot: str, payload: Any) -> dict:
+def delivered(state: RunState | None, slot: str, payload: Any) -> RunState:
     """An event or input arrived for the wait in ``slot``."""
-    return {**(state or {}), "received": {**received(state), slot: payload}}
+    return {**_of(state), "received": {**received(state), slot: payload}}
 
 
-def resume(state: dict | None) -> tuple[list[Any], dict]:
+def resume(state: RunState | None) -> tuple[list[Any], RunState]:
     """The values of the current step's passed waits, resolving the one it suspended in
     (a sleep is over; an event or input was received, or its timeout passed), and the
     state left for the step's execution."""
-    rest = dict(state or {})
+    rest = _of(state).copy()
     waits = list(rest.pop("waits", []))
     pending = rest.pop("pending", None)
     if pending:
@@ -194,8 +258,8 @@ def resume(state: dict | None) -> tuple[list[Any], dict]:
     return waits, rest
 
 
-def _resolved(pending: dict, got: dict) -> Any:
-    """The value recorded for the wait the run was suspended in (``workflows.waits``)."""
+def _resolved(pending: PendingWait, got: dict[str, Any]) -> Any:
+    """The value recorded for the wait the run was suspended in (``runtime.waits``)."""
     kind = pending["kind"]
     if kind in ("event", "input"):
         slot = event_slot(kind, pending["name"])
@@ -212,21 +276,21 @@ def _resolved(pending: dict, got: dict) -> Any:
     return None  # a sleep is over; children are read again by the step
 
 
-def retried(state: dict | None, at: datetime) -> dict:
+def retried(state: RunState | None, at: datetime) -> RunState:
     """The state a failed run resumes with after ``retry()``: its step runs again from
     its start. The wait it was suspended in when it failed (a timeout passed while it
     waited) is kept only when it is over (what it waited for arrived, its sleep ended);
     otherwise it is forgotten, so the step's call waits again, its timeout counted
     afresh, and never returns the timed-out wait's ``timeout_value``. The waits the step
     passed before it, and what the run received, stay."""
-    new = dict(state or {})
+    new = _of(state).copy()
     pending = new.get("pending")
     if pending and not (satisfied(new) or _slept(pending, at)):
         del new["pending"]
     return new
 
 
-def _slept(pending: dict, at: datetime) -> bool:
+def _slept(pending: PendingWait, at: datetime) -> bool:
     """A sleep whose time has come."""
     until = pending.get("timeout_at")
     if pending.get("kind") != "sleep" or until is None:
@@ -234,10 +298,10 @@ def _slept(pending: dict, at: datetime) -> bool:
     return datetime.fromisoformat(until) <= at
 
 
-def unanswered_input(state: dict | None) -> dict | None:
+def unanswered_input(state: RunState | None) -> dict | None:
     """The pending input wait, when it ended without a value and its ``on_timeout`` is
     ``"fail"`` (then the run fails instead of the step running again); else None."""
-    pending = (state or {}).get("pending") or {}
+    pending = _of(state).get("pending") or {}
     if pending.get("kind") != "input" or (pending.get("input") or {}).get("on_timeout") != "fail":
         return None
     if event_slot("input", pending["name"]) in received(state):
@@ -245,11 +309,11 @@ def unanswered_input(state: dict | None) -> dict | None:
     return {"name": pending["name"], "timeout_at": pending.get("timeout_at")}
 
 
-def pending_wait(state: dict | None) -> dict[str, Any]:
+def pending_wait(state: RunState | None) -> dict[str, Any]:
     """What a waiting run waits for, for people (``list_pending_inputs``, the dashboard):
     ``kind``, ``name``, ``missing`` (the event names still awaited), ``input_kind``,
     ``prompt``, ``choices``, ``since`` and ``timeout_at`` (ISO 8601 or None)."""
-    pending = (state or {}).get("pending") or {}
+    pending = _of(state).get("pending") or {}
     spec = pending.get("input") or {}
     return {
         "kind": pending.get("kind"),
@@ -266,44 +330,44 @@ def pending_wait(state: dict | None) -> dict[str, Any]:
 # --- children --------------------------------------------------------------------
 
 
-def has_children(state: dict | None) -> bool:
-    return bool((state or {}).get("children"))
+def has_children(state: RunState | None) -> bool:
+    return bool(_of(state).get("children"))
 
 
-def recorded_children(state: dict | None, call_key: str) -> list[str] | None:
-    return ((state or {}).get("children") or {}).get(call_key)
+def recorded_children(state: RunState | None, call_key: str) -> list[str] | None:
+    return (_of(state).get("children") or {}).get(call_key)
 
 
-def with_children(state: dict | None, call_key: str, ids: list, mode: str) -> dict:
+def with_children(state: RunState | None, call_key: str, ids: list, mode: str) -> RunState:
     """A call started the children ``ids`` and the step now awaits them."""
-    new = dict(state or {})
+    new = _of(state).copy()
     new["children"] = {**(new.get("children") or {}), call_key: [str(i) for i in ids]}
     return with_awaiting(new, ids, mode)
 
 
-def recorded_start(state: dict | None, call_key: str) -> str | None:
-    return ((state or {}).get("starts") or {}).get(call_key)
+def recorded_start(state: RunState | None, call_key: str) -> str | None:
+    return (_of(state).get("starts") or {}).get(call_key)
 
 
-def with_start(state: dict | None, call_key: str, run_id) -> dict:
+def with_start(state: RunState | None, call_key: str, run_id) -> RunState:
     """A ``ctx.start`` call started (or was answered by) ``run_id``."""
-    new = dict(state or {})
+    new = _of(state).copy()
     new["starts"] = {**(new.get("starts") or {}), call_key: str(run_id)}
     return new
 
 
-def awaiting(state: dict | None) -> dict:
+def awaiting(state: RunState | None) -> dict[str, Any]:
     """``{"ids": [...], "mode": ...}`` of the runs the step waits for ({} if none)."""
-    return dict((state or {}).get("awaiting") or {})
+    return dict(_of(state).get("awaiting") or {})
 
 
-def with_awaiting(state: dict | None, ids: list, mode: str) -> dict:
-    return {**(state or {}), "awaiting": {"ids": [str(i) for i in ids], "mode": mode}}
+def with_awaiting(state: RunState | None, ids: list, mode: str) -> RunState:
+    return {**_of(state), "awaiting": {"ids": [str(i) for i in ids], "mode": mode}}
 
 
-def forget_call(state: dict | None, call_key: str) -> dict:
+def forget_call(state: RunState | None, call_key: str) -> RunState:
     """A failed call's children are forgotten, so a retry of the step starts new ones."""
-    new = dict(state or {})
+    new = _of(state).copy()
     children = dict(new.get("children") or {})
     children.pop(call_key, None)
     new["children"] = children
@@ -314,20 +378,23 @@ def forget_call(state: dict | None, call_key: str) -> dict:
 # --- compensation ------------------------------------------------------------------
 
 
-def compensation_pending(state: dict | None) -> list[int]:
-    return list(((state or {}).get("compensation") or {}).get("pending") or [])
+def compensation_pending(state: RunState | None) -> list[int]:
+    compensation = _of(state).get("compensation")
+    return list(compensation.get("pending") or []) if compensation else []
 
 
-def with_compensation(state: dict | None, pending: list[int], failed_step: str | None) -> dict:
-    return {**(state or {}), "compensation": {"pending": pending, "failed_step": failed_step}}
+def with_compensation(
+    state: RunState | None, pending: list[int], failed_step: str | None
+) -> RunState:
+    return {**_of(state), "compensation": {"pending": pending, "failed_step": failed_step}}
 
 
-def without_compensated(state: dict | None, index: int) -> dict:
+def without_compensated(state: RunState | None, index: int) -> RunState:
     """The compensation of step ``index`` is done."""
-    new = dict(state or {})
-    compensation = dict(new.get("compensation") or {})
-    compensation["pending"] = [i for i in compensation.get("pending", []) if i != index]
-    new["compensation"] = compensation
+    new = _of(state).copy()
+    compensation = new.get("compensation") or Compensation(pending=[], failed_step=None)
+    pending = [i for i in compensation.get("pending") or [] if i != index]
+    new["compensation"] = {**compensation, "pending": pending}
     return new
 
 
@@ -336,12 +403,12 @@ def without_compensated(state: dict | None, index: int) -> dict:
 _ABSENT = object()
 
 
-def _changes(before: dict, after: dict) -> dict:
+def _changes(before: dict, after: dict) -> Changes:
     """What turned ``before`` into ``after``, as ``before``'s values of the names that
     differ: ``[value]``, or ``[]`` for a name ``before`` did not have."""
     if before is after or before == after:
         return {}
-    changed = {}
+    changed: Changes = {}
     for name in before.keys() | after.keys():
         old = before.get(name, _ABSENT)
         if old is _ABSENT:
@@ -351,7 +418,7 @@ def _changes(before: dict, after: dict) -> dict:
     return changed
 
 
-def _undo(context: dict, changes: dict | None) -> None:
+def _undo(context: dict, changes: Changes | None) -> None:
     """Put back, in ``context``, the values ``changes`` replaced (in place)."""
     for name, old in (changes or {}).items():
         if old:
@@ -360,10 +427,10 @@ def _undo(context: dict, changes: dict | None) -> None:
             context.pop(name, None)
 
 
-def _began_with(state: dict | None, context: dict) -> dict:
+def _began_with(state: RunState | None, context: dict) -> dict:
     """The context when the current step began: ``context`` without what its suspended
     executions saved (``partial``)."""
-    partial = (state or {}).get("partial")
+    partial = _of(state).get("partial")
     if not partial:
         return context
     began = dict(context)
@@ -371,14 +438,14 @@ def _began_with(state: dict | None, context: dict) -> dict:
     return began
 
 
-def partial_changes(state: dict | None, context: dict, data: dict) -> dict:
+def partial_changes(state: RunState | None, context: dict, data: dict) -> Changes:
     """What the current step changed so far, when it suspends with ``data`` as its
     context (``context``: the run's context when this execution began)."""
     return _changes(_began_with(state, context or {}), data)
 
 
-def with_partial(state: dict | None, partial: dict) -> dict:
-    new = dict(state or {})
+def with_partial(state: RunState | None, partial: Changes) -> RunState:
+    new = _of(state).copy()
     if partial:
         new["partial"] = partial
     else:
@@ -386,33 +453,34 @@ def with_partial(state: dict | None, partial: dict) -> dict:
     return new
 
 
-def step_completed(state: dict | None, index: int, context: dict, data: dict) -> dict:
+def step_completed(state: RunState | None, index: int, context: dict, data: dict) -> RunState:
     """The state once step ``index`` completed with ``data`` as the context
     (``context``: the run's context when this execution began): its changes recorded
     under ``undo``, its ``partial`` gone. The same dict when nothing changed."""
-    state = state or {}
+    state = _of(state)
     changes = _changes(_began_with(state, context or {}), data)
     if not changes and "partial" not in state:
         return state
-    new = {name: value for name, value in state.items() if name != "partial"}
+    new = state.copy()
+    new.pop("partial", None)
     if changes:
         new["undo"] = {**(state.get("undo") or {}), str(index): changes}
     return new
 
 
-def compensation_changed(state: dict | None, context: dict, data: dict) -> dict:
+def compensation_changed(state: RunState | None, context: dict, data: dict) -> RunState:
     """The state once a compensation completed with ``data`` as the context."""
     changes = _changes(context or {}, data)
     if not changes:
         return state or {}
-    return {**(state or {}), "undo_comp": [*((state or {}).get("undo_comp") or []), changes]}
+    return {**_of(state), "undo_comp": [*(_of(state).get("undo_comp") or []), changes]}
 
 
-def context_before(context: dict | None, state: dict | None, index: int) -> dict:
+def context_before(context: dict | None, state: RunState | None, index: int) -> dict:
     """The context as it was when step ``index`` began, from the run's ``context`` now
     and what its state recorded: nothing that step or a later one put, in any
     execution, nor what compensations changed since. A new dict."""
-    state = state or {}
+    state = _of(state)
     began = dict(context or {})
     for changes in reversed(state.get("undo_comp") or []):
         _undo(began, changes)
@@ -424,8 +492,8 @@ def context_before(context: dict | None, state: dict | None, index: int) -> dict
     return copy.deepcopy(began)
 
 
-def undo_before(state: dict | None, index: int) -> dict:
+def undo_before(state: RunState | None, index: int) -> dict[str, Changes]:
     """The ``undo`` entries of the steps before ``index``: a rerun from that step keeps
     them, so that it can itself be rerun from an earlier step."""
-    undo = (state or {}).get("undo") or {}
+    undo = _of(state).get("undo") or {}
     return {name: changes for name, changes in undo.items() if int(name) < index}

@@ -3,7 +3,7 @@
 Inside an async step the event loop's thread must not wait on the database
 (Django raises ``SynchronousOnlyOperation``). The waits (``sleep``,
 ``sleep_until``, ``wait_for_event``, ``wait_for_any``, ``wait_for_all``,
-``wait_for_input``: ``workflows.waits``) touch no database -- they read what the
+``wait_for_input``: ``runtime.waits``) touch no database -- they read what the
 run already holds and raise ``Suspend`` -- so an async step calls them as they are.
 What does query is awaited here through ``sync_to_async``: under the worker that
 runs on the worker thread itself, on its connection (see ``runtime.calling``).
