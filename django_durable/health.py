@@ -95,9 +95,9 @@ def migrations() -> Finding:
 def functions() -> list[Finding]:
     """The store's PL/pgSQL functions (PostgreSQL): each installed, with this version's
     body. A missing one fails every start and claim."""
-    if not store.is_postgres():
-        return [Finding("functions", False, "none needed: the database is not PostgreSQL")]
     outdated = store.outdated_functions()
+    if outdated is None:
+        return [Finding("functions", False, "none needed: the database is not PostgreSQL")]
     if not outdated:
         return [Finding("functions", False, "the store's functions are installed and current")]
     listed = ", ".join(f"{name} ({state})" for name, state in sorted(outdated.items()))
@@ -215,7 +215,7 @@ def workflows() -> list[Finding]:
 
 def notify() -> list[Finding]:
     channel, alias = conf.get("NOTIFY_CHANNEL"), conf.get("LISTEN_DATABASE")
-    if not store.is_postgres():
+    if not store.can_listen():
         return [Finding("notify", False, "SQLite has no NOTIFY: workers poll (POLL_INTERVAL)")]
     if alias is None:
         return [

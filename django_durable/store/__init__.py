@@ -27,8 +27,8 @@ from django_durable.store.base import (
     atomic,
     db,
     db_now,
+    engine,
     in_autocommit,
-    is_postgres,
     notify_due,
     now,
     retry_deadlocks,
@@ -36,6 +36,7 @@ from django_durable.store.base import (
 )
 from django_durable.store.batches import (
     BatchAnswer,
+    can_start_batches,
     start_batch,
 )
 from django_durable.store.children import (
@@ -136,6 +137,7 @@ from django_durable.store.steps import (
     record_step_completed,
     record_step_failed,
     record_suspended,
+    records_in_batches,
 )
 from django_durable.store.timers import (
     advance_timers,
@@ -143,6 +145,7 @@ from django_durable.store.timers import (
 from django_durable.store.workers import (
     WORKERS_KEPT,
     Listener,
+    can_listen,
     forget_dead_workers,
     notify_runs_due,
     open_listener,
@@ -150,6 +153,7 @@ from django_durable.store.workers import (
     register_worker,
     renew_leases,
     reset_connection_after_error,
+    serialises_writers,
     unregister_worker,
     worker_heartbeat,
 )
@@ -157,6 +161,10 @@ from django_durable.store.workers import (
 __all__ = [
     "DEPTH_CAP",
     "BatchAnswer",
+    "can_start_batches",
+    "can_listen",
+    "serialises_writers",
+    "records_in_batches",
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",
@@ -188,7 +196,7 @@ __all__ = [
     "in_autocommit",
     "insert_or_get_holder",
     "insert_run",
-    "is_postgres",
+    "engine",
     "listening_sessions",
     "lock_due_schedules",
     "lock_owned_state",

@@ -23,11 +23,12 @@ from django_durable.store.base import (
     as_json,
     atomic,
     attempt_of,
+    db,
+    engine,
     fetchall,
     fetchone,
     in_autocommit,
     insert,
-    is_postgres,
     now,
     owned,
     retry_deadlocks,
@@ -39,64 +40,12 @@ __all__ = [
     "record_attempt_cancelled",
     "record_completion",
     "record_last_steps",
+    "records_in_batches",
     "record_run_failed",
     "record_step_completed",
     "record_step_failed",
     "record_suspended",
 ]
-
-# A step's record as one function call (PostgreSQL), atomic on its own: the fenced
-# UPDATE of the run, then its attempt's row when the run is still this worker's
-# (django_durable/migrations/sql/durable_record_step_v1.sql; store/functions.py why
-# a function). Returns the attempt's id, or NULL: the run is not this worker's.
-RECORD_STEP = """
-SELECT durable_record_step_v1(
-    %(change)s::text, %(run_id)s::uuid, %(fence)s::integer, %(step_index)s::integer,
-    %(context)s::jsonb, %(state)s::jsonb, %(due_at)s::timestamptz, %(step)s::varchar,
-    %(attempt)s::integer, %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb,
-    %(logs)s::jsonb, %(worker_id)s::varchar, %(started_at)s::timestamptz,
-    %(finished_at)s::timestamptz
-)
-"""
-
-
-# The last steps of several runs completed (a worker's batch of completions,
-# PostgreSQL), in one statement: each run completed as durable_record_step's 'last'
-# completes it, fenced per run (a run whose fence moved, or that is no longer running,
-# is left alone), and the attempt's row of each run completed; ``done`` lists the
-# batch, one row per run, from parallel arrays. The runs are found through their
-# primary key or durable_run_lease (the index of running runs, as small as the
-# number of runs being executed). Returns (run id, attempt id) per run completed.
-RECORD_LAST_STEPS = """
-WITH done AS (
-    SELECT *
-    FROM unnest(
-        %(run_ids)s::uuid[], %(fences)s::integer[], %(step_indexes)s::integer[],
-        %(contexts)s::jsonb[], %(states)s::jsonb[], %(outputs)s::jsonb[],
-        %(steps)s::varchar[], %(attempts)s::integer[], %(logs)s::jsonb[],
-        %(worker_ids)s::varchar[], %(started_ats)s::timestamptz[],
-        %(finished_ats)s::timestamptz[]
-    ) AS d (run_id, fence, step_index, context, state, output, step, attempt, logs,
-            worker_id, started_at, finished_at)
-),
-completed AS (
-    UPDATE durable_run AS r
-    SET step_index = d.step_index + 1, attempt = 1, context = d.context,
-        waiting_for = NULL, state = d.state, status = 'completed', result = d.output,
-        finished_at = d.finished_at, due_at = NULL, lease_expires_at = NULL
-    FROM done AS d
-    WHERE r.id = d.run_id AND r.fence = d.fence AND r.status = 'running'
-    RETURNING r.id
-)
-INSERT INTO durable_step_attempt (
-    run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
-    started_at, finished_at
-)
-SELECT d.run_id, 'step', d.step, d.step_index, d.attempt, 'completed', d.output, NULL,
-       d.logs, d.worker_id, d.started_at, d.finished_at
-FROM done AS d JOIN completed AS c ON c.id = d.run_id
-RETURNING run_id, id
-"""
 
 
 # A worker's record can meet a start, cancel or promotion of the same key in a deadlock
@@ -105,10 +54,12 @@ RETURNING run_id, id
 @retry_deadlocks
 def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt) -> None:
     """Apply ``changes`` to the owned run and insert ``attempt``, all or nothing;
-    ``LeaseLost`` (nothing written) when the run is no longer this worker's. On
-    PostgreSQL in autocommit: durable_record_step with ``change`` (which of its
-    updates: it makes the same ``changes``)."""
-    if is_postgres() and in_autocommit():
+    ``LeaseLost`` (nothing written) when the run is no longer this worker's. In
+    autocommit, where the engine has RECORD_STEP (PostgreSQL): durable_record_step
+    with ``change`` (which of its updates: it makes the same ``changes``)."""
+    connection = db()
+    statement = engine(connection).RECORD_STEP
+    if statement is not None and in_autocommit(connection):
         params = {
             "change": change,
             "run_id": run.id,
@@ -127,7 +78,7 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
             "started_at": attempt.started_at,
             "finished_at": attempt.finished_at,
         }
-        (recorded,) = fetchone(RECORD_STEP, params)
+        (recorded,) = fetchone(statement, params, connection)
         if recorded is None:
             raise LeaseLost(run.id)
     else:
@@ -171,6 +122,12 @@ def _last_step_changes(run: Run, attempt: StepAttempt, output: Any) -> dict[str,
     }
 
 
+def records_in_batches() -> bool:
+    """Whether the engine records several last steps in one statement
+    (``record_last_steps``: RECORD_LAST_STEPS)."""
+    return engine().RECORD_LAST_STEPS is not None
+
+
 @retry_deadlocks
 def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
     """Record several completed last steps in one statement (PostgreSQL, autocommit):
@@ -192,7 +149,7 @@ def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
         "started_ats": [c.attempt.started_at for c, _ in rows],
         "finished_ats": [c.attempt.finished_at for c, _ in rows],
     }
-    recorded: dict[uuid.UUID, int] = dict(fetchall(RECORD_LAST_STEPS, params))
+    recorded: dict[uuid.UUID, int] = dict(fetchall(engine().RECORD_LAST_STEPS, params))
     completed = []
     for completion, changes in rows:
         attempt_id = recorded.get(completion.run.id)
