@@ -18,6 +18,7 @@ __all__ = [
     "cancel_run",
     "get_holder",
     "get_waiting_behind",
+    "lock_run",
     "move_waiting_behind",
     "release_key",
     "replace_holder",
@@ -186,6 +187,13 @@ def waiting_behind_finished() -> list[tuple[str, str]]:
 
 
 # --- acting on runs -------------------------------------------------------------
+
+
+def lock_run(run_id: uuid.UUID) -> Run:
+    """The run, its row locked until the caller's transaction ends (an operation that
+    decides from its status: retry, release its key); ``Run.DoesNotExist`` when there
+    is no such run."""
+    return Run.objects.select_for_update().get(id=run_id)
 
 
 def cancel_run(run_id: uuid.UUID, error: Any) -> bool:
