@@ -136,7 +136,7 @@ def _queue_errors(queues) -> list[Error]:
 
 def sqlite_concurrency_warning(concurrency: int, serialises_writers: bool) -> list[Warning]:
     """Warned by the worker: SQLite serialises writes (``serialises_writers``: its
-    engine's word, ``store.serialises_writers()``), so threads mostly wait."""
+    engine's ``SERIALISES_WRITERS``), so threads mostly wait."""
     if serialises_writers and concurrency > 1:
         return [
             Warning(

@@ -3,7 +3,7 @@
 and a run suspending in a wait (``suspend``: the executor's). Both decide here, from
 the run's state (``state.py``), and the store writes what they decided.
 
-Each takes the run's row lock first (``store.lock_for_delivery``,
+Each takes the run's row lock first (``store.lock_run``,
 ``store.lock_owned_state``), in one transaction with its writes, so an event sent at
 the moment a run suspends is either seen by the suspension (kept, then delivered at
 once) or finds the run waiting: the two never miss each other.
@@ -44,7 +44,7 @@ def deliver(
     """
     slot = run_state.event_slot(kind, name)
     with store.atomic():
-        run = store.lock_for_delivery(run_id)
+        run = store.lock_run(run_id, "id", "status", "waiting_for", "state", "queue")
         if run.status == Status.WAITING and slot in run_state.awaited_slots(run.state):
             if check is not None:
                 check(run_state.pending_wait(run.state), payload)

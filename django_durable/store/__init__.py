@@ -26,7 +26,6 @@ from django_durable.store.base import (
     alias,
     atomic,
     db,
-    db_now,
     engine,
     in_autocommit,
     notify_due,
@@ -35,12 +34,9 @@ from django_durable.store.base import (
     send_after_commit,
 )
 from django_durable.store.batches import (
-    BatchAnswer,
-    can_start_batches,
     start_batch,
 )
 from django_durable.store.children import (
-    cancel_runs,
     lock_owned_state,
     run_outcomes,
     save_owned_state,
@@ -54,23 +50,11 @@ from django_durable.store.claims import (
 )
 from django_durable.store.compensations import (
     begin_compensating,
-    hand_back_compensating,
     record_compensation_completed,
     record_compensation_failed,
-    recover_expired_compensations,
 )
 from django_durable.store.depth import (
-    DEPTH_CAP,
     queue_depths,
-)
-from django_durable.store.diagnostics import (
-    connection_limits,
-    database_clock,
-    listening_sessions,
-    notify_round_trip,
-)
-from django_durable.store.functions import (
-    outdated_functions,
 )
 from django_durable.store.handoffs import hand_off
 from django_durable.store.holders import (
@@ -94,7 +78,6 @@ from django_durable.store.observers import (
     watch_claims,
 )
 from django_durable.store.pruning import (
-    prunable,
     prune_activity,
     prune_runs,
 )
@@ -111,7 +94,6 @@ from django_durable.store.runs import (
     hand_back,
     hand_back_lost,
     keep_event,
-    lock_for_delivery,
     record_delivery,
     recover_expired_leases,
     renew_lease,
@@ -142,15 +124,12 @@ from django_durable.store.steps import (
     record_step_completed,
     record_step_failed,
     record_suspension,
-    records_in_batches,
 )
 from django_durable.store.timers import (
     advance_timers,
 )
 from django_durable.store.workers import (
     WORKERS_KEPT,
-    Listener,
-    can_listen,
     forget_dead_workers,
     notify_runs_due,
     open_listener,
@@ -158,23 +137,15 @@ from django_durable.store.workers import (
     register_worker,
     renew_leases,
     reset_connection_after_error,
-    serialises_writers,
     unregister_worker,
     worker_heartbeat,
 )
 
 __all__ = [
-    "DEPTH_CAP",
-    "BatchAnswer",
-    "can_start_batches",
-    "can_listen",
-    "serialises_writers",
-    "records_in_batches",
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",
     "LeaseLost",
-    "Listener",
     "Recovery",
     "active_children",
     "advance_schedule",
@@ -183,45 +154,35 @@ __all__ = [
     "atomic",
     "begin_compensating",
     "cancel_run",
-    "cancel_runs",
     "claim",
-    "connection_limits",
     "current_status",
-    "database_clock",
     "db",
-    "db_now",
     "forget_dead_workers",
     "get_holder",
     "get_waiting_behind",
     "lock_run",
     "lock_schedule",
-    "lock_for_delivery",
     "record_delivery",
     "keep_event",
     "record_suspension",
     "kept_event",
     "hand_back",
-    "hand_back_compensating",
     "hand_back_lost",
     "hand_off",
     "in_autocommit",
     "insert_or_get_holder",
     "insert_run",
     "engine",
-    "listening_sessions",
     "lock_due_schedules",
     "lock_owned_state",
     "move_waiting_behind",
     "next_due_at",
     "notify_due",
-    "notify_round_trip",
-    "outdated_functions",
     "notify_runs_due",
     "now",
     "open_listener",
     "due_now_by_workflow",
     "paused_queues",
-    "prunable",
     "prune_activity",
     "prune_runs",
     "began_steps",
@@ -242,7 +203,6 @@ __all__ = [
     "completed_attempt",
     "Completion",
     "record_step_failed",
-    "recover_expired_compensations",
     "recover_expired_leases",
     "register_worker",
     "release_key",

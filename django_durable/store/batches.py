@@ -20,13 +20,7 @@ from typing import Any, NamedTuple
 from django_durable import conf
 from django_durable.store.base import as_json, engine, fetchall, now
 
-__all__ = ["BatchAnswer", "can_start_batches", "start_batch"]
-
-
-def can_start_batches() -> bool:
-    """Whether the engine starts a batch in one statement (START_BATCH); otherwise
-    ``start_many`` starts item by item."""
-    return engine().START_BATCH is not None
+__all__ = ["BatchAnswer", "start_batch"]
 
 
 class BatchAnswer(NamedTuple):
@@ -55,7 +49,7 @@ def start_batch(
     """Insert ``items`` (id, input, key) as pending runs of ``workflow`` in one
     statement (START_BATCH), all with the ``trace_context`` of the call that started
     them; one answer per item, in order. Only where the engine has START_BATCH
-    (PostgreSQL: ``can_start_batches``)."""
+    (PostgreSQL: its ``BATCHES``)."""
     at = now()
     params: dict[str, Any] = {
         "ids": [item[0] for item in items],

@@ -12,9 +12,16 @@ import time
 from datetime import datetime
 
 from django_durable.store.base import db, engine, fetchone
+from django_durable.store.functions import outdated_functions
 from django_durable.store.workers import listen_statement, open_listener
 
-__all__ = ["connection_limits", "database_clock", "listening_sessions", "notify_round_trip"]
+__all__ = [
+    "connection_limits",
+    "database_clock",
+    "listening_sessions",
+    "notify_round_trip",
+    "outdated_functions",
+]
 
 
 def database_clock() -> datetime | None:

@@ -189,11 +189,13 @@ def waiting_behind_finished() -> list[tuple[str, str]]:
 # --- acting on runs -------------------------------------------------------------
 
 
-def lock_run(run_id: uuid.UUID) -> Run:
-    """The run, its row locked until the caller's transaction ends (an operation that
-    decides from its status: retry, release its key); ``Run.DoesNotExist`` when there
-    is no such run."""
-    return Run.objects.select_for_update().get(id=run_id)
+def lock_run(run_id: uuid.UUID, *fields: str) -> Run:
+    """The run (only ``fields``, when named), its row locked until the caller's
+    transaction ends, for an operation that decides from what it reads (retry, release
+    its key, deliver an event: a suspension locks the row too, so the two never miss
+    each other); ``Run.DoesNotExist`` when there is no such run."""
+    runs = Run.objects.select_for_update()
+    return (runs.only(*fields) if fields else runs).get(id=run_id)
 
 
 def cancel_run(run_id: uuid.UUID, error: Any) -> bool:

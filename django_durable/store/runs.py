@@ -17,7 +17,6 @@ __all__ = [
     "Recovery",
     "current_status",
     "keep_event",
-    "lock_for_delivery",
     "record_delivery",
     "hand_back",
     "hand_back_lost",
@@ -41,18 +40,6 @@ def current_status(run_id: uuid.UUID) -> tuple[str, int] | None:
     return tuple(row) if row else None
 
 
-def lock_for_delivery(run_id: uuid.UUID) -> Run:
-    """The run's status, state, ``waiting_for`` and queue, its row locked until the
-    caller's transaction ends, so a delivery and a suspension
-    (``record_suspension``, after ``lock_owned_state``) never miss each other;
-    ``Run.DoesNotExist`` when there is no such run."""
-    return (
-        Run.objects.select_for_update()
-        .only("id", "status", "waiting_for", "state", "queue")
-        .get(id=run_id)
-    )
-
-
 def record_delivery(
     run: Run,
     kind: str,
@@ -63,10 +50,10 @@ def record_delivery(
     waiting_for: str | None,
     wake: bool,
 ) -> None:
-    """Write a delivery the caller decided (``lock_for_delivery`` first, in its
-    transaction): the waiting run's new ``state``; with ``wake`` the run is due now and
-    an idle worker is woken, otherwise it keeps waiting, for ``waiting_for``; and the
-    event's row, delivered now. Conditional on the run still waiting."""
+    """Write a delivery the caller decided (``lock_run`` first, in its transaction):
+    the waiting run's new ``state``; with ``wake`` the run is due now and an idle
+    worker is woken, otherwise it keeps waiting, for ``waiting_for``; and the event's
+    row, delivered now. Conditional on the run still waiting."""
     at = now()
     if wake:
         changes: dict[str, Any] = {"status": Status.PENDING, "due_at": at, "waiting_for": None}

@@ -39,7 +39,6 @@ __all__ = [
     "record_attempt_cancelled",
     "record_completion",
     "record_last_steps",
-    "records_in_batches",
     "record_run_failed",
     "record_step_completed",
     "record_step_failed",
@@ -122,12 +121,6 @@ def _last_step_changes(run: Run, attempt: StepAttempt, output: Any, state: dict)
         "due_at": None,
         "lease_expires_at": None,
     }
-
-
-def records_in_batches() -> bool:
-    """Whether the engine records several last steps in one statement
-    (``record_last_steps``: RECORD_LAST_STEPS)."""
-    return engine().RECORD_LAST_STEPS is not None
 
 
 @retry_deadlocks

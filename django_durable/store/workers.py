@@ -15,8 +15,6 @@ from django_durable.store.base import atomic, db, db_now, engine, notify_due, no
 __all__ = [
     "WORKERS_KEPT",
     "Listener",
-    "can_listen",
-    "serialises_writers",
     "forget_dead_workers",
     "notify_runs_due",
     "open_listener",
@@ -181,17 +179,6 @@ class Listener:
 
     def close(self) -> None:
         self.connection.close()
-
-
-def can_listen(alias: str | None = None) -> bool:
-    """Whether the database of ``alias`` (None: django-durable's) has LISTEN/NOTIFY;
-    without it, idle workers poll."""
-    return engine(connections[alias] if alias else db()).LISTEN is not None
-
-
-def serialises_writers() -> bool:
-    """Whether django-durable's database lets one writer at a time (SQLite)."""
-    return engine().SERIALISES_WRITERS
 
 
 def listen_statement(connection, channel: str) -> str:

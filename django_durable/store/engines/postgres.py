@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
+# The engine's name: the vendor it serves (Django's ``connection.vendor``).
 NAME = "postgresql"
 
 # --- what this database does ------------------------------------------------------
@@ -34,6 +35,11 @@ NAME = "postgresql"
 SERVER_CLOCK = True
 # Writers take row locks and run side by side (a worker's threads really run at once).
 SERIALISES_WRITERS = False
+# LISTEN/NOTIFY wakes idle workers (they poll as well).
+LISTENS = True
+# A batch of starts (``start_many``) and of last steps' records (the worker's
+# recorder) is one statement each (START_BATCH, RECORD_LAST_STEPS).
+BATCHES = True
 # A claimed row's values are converted by the fields (``from_db_value``), so a raw
 # row becomes a Run without the backend's converters (store.base.from_row).
 ROWS_NEED_BACKEND_CONVERTERS = False

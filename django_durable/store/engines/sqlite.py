@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from django_durable.store.engines import postgres
 
+# The engine's name: the vendor it serves (Django's ``connection.vendor``).
 NAME = "sqlite"
 
 # --- what this database does ------------------------------------------------------
@@ -25,6 +26,11 @@ NAME = "sqlite"
 SERVER_CLOCK = False
 # Writers take turns (a worker's threads mostly wait: system check W001).
 SERIALISES_WRITERS = True
+# No LISTEN/NOTIFY: idle workers poll (POLL_INTERVAL).
+LISTENS = False
+# No batch statements: ``start_many`` starts item by item, a worker records each last
+# step alone.
+BATCHES = False
 # Dates are text: a claimed row needs the backend's converters (``Run.objects.raw``).
 ROWS_NEED_BACKEND_CONVERTERS = True
 
