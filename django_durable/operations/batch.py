@@ -70,7 +70,7 @@ def start_many(
     pairs = _items(items)
     results: list[StartResult | None] = [None] * len(pairs)
     with store.atomic():
-        if not store.is_postgres():
+        if not store.engine().BATCHES:
             for n, (payload, key) in enumerate(pairs):
                 results[n] = start_run(definition, payload, key, policy)
             return results  # type: ignore[return-value]
