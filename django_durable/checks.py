@@ -135,9 +135,10 @@ def _queue_errors(queues) -> list[Error]:
     return [Error(problem, id="django_durable.E020") for problem in problems if problem]
 
 
-def sqlite_concurrency_warning(concurrency: int, vendor: str) -> list[Warning]:
-    """Warned by the worker: SQLite serialises writes, so threads mostly wait."""
-    if vendor == "sqlite" and concurrency > 1:
+def sqlite_concurrency_warning(concurrency: int, serialises_writers: bool) -> list[Warning]:
+    """Warned by the worker: SQLite serialises writes (``serialises_writers``: its
+    engine's ``SERIALISES_WRITERS``), so threads mostly wait."""
+    if serialises_writers and concurrency > 1:
         return [
             Warning(
                 f"durable_worker runs with --concurrency {concurrency} on SQLite: it works, "
@@ -328,10 +329,10 @@ def check_pool_size(app_configs=None, **kwargs):
     return pool_size_warnings(WORKER_CONCURRENCY, settings.DATABASES, default_concurrency=True)
 
 
-def worker_start_warnings(concurrency: int, vendor: str) -> list[Warning]:
+def worker_start_warnings(concurrency: int, serialises_writers: bool) -> list[Warning]:
     """What ``durable_worker`` logs at start for the concurrency it really runs with."""
     return [
-        *sqlite_concurrency_warning(concurrency, vendor),
+        *sqlite_concurrency_warning(concurrency, serialises_writers),
         *pool_size_warnings(concurrency, settings.DATABASES),
     ]
 

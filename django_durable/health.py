@@ -19,6 +19,7 @@ from django.db.models import Count, Min, Q
 
 from django_durable import conf, store
 from django_durable.models import ACTIVE_STATUSES, Run, Status, WorkerNode
+from django_durable.store import diagnostics
 
 __all__ = ["CLOCK_TOLERANCE", "DUE_TOO_LONG", "WORKERS_KEPT", "Finding", "checks"]
 
@@ -98,9 +99,9 @@ def migrations() -> Finding:
 def functions() -> list[Finding]:
     """The store's PL/pgSQL functions (PostgreSQL): each installed, with this version's
     body. A missing one fails every start and claim."""
-    if not store.is_postgres():
+    outdated = diagnostics.outdated_functions()
+    if outdated is None:
         return [Finding("functions", False, "none needed: the database is not PostgreSQL")]
-    outdated = store.outdated_functions()
     if not outdated:
         return [Finding("functions", False, "the store's functions are installed and current")]
     listed = ", ".join(f"{name} ({state})" for name, state in sorted(outdated.items()))
@@ -218,7 +219,7 @@ def workflows() -> list[Finding]:
 
 def notify() -> list[Finding]:
     channel, alias = conf.get("NOTIFY_CHANNEL"), conf.get("LISTEN_DATABASE")
-    if not store.is_postgres():
+    if not store.engine().LISTENS:
         return [Finding("notify", False, "SQLite has no NOTIFY: workers poll (POLL_INTERVAL)")]
     if alias is None:
         return [
@@ -228,7 +229,9 @@ def notify() -> list[Finding]:
                 "DURABLE['LISTEN_DATABASE'] is None: workers poll only (POLL_INTERVAL)",
             )
         ]
-    arrived = store.notify_round_trip(channel, f"doctor-{uuid.uuid4()}", alias, NOTIFY_TIMEOUT)
+    arrived = diagnostics.notify_round_trip(
+        channel, f"doctor-{uuid.uuid4()}", alias, NOTIFY_TIMEOUT
+    )
     if not arrived:
         return [
             Finding(
@@ -239,7 +242,7 @@ def notify() -> list[Finding]:
                 "DURABLE['LISTEN_DATABASE'] at one that bypasses a transaction-mode pooler",
             )
         ]
-    listening = store.listening_sessions(channel)
+    listening = diagnostics.listening_sessions(channel)
     alive = live_workers()
     if alive and listening < len(alive):
         return [
@@ -263,7 +266,7 @@ def notify() -> list[Finding]:
 
 def clock() -> list[Finding]:
     before = store.now()
-    database = store.database_clock()
+    database = diagnostics.database_clock()
     after = store.now()
     if database is None:
         return [Finding("clock", False, "SQLite uses this host's clock")]
@@ -303,7 +306,7 @@ def pool() -> list[Finding]:
                         f"set DATABASES['default']['OPTIONS']['pool']['max_size'] >= {needed}",
                     )
                 )
-    limits = store.connection_limits()
+    limits = diagnostics.connection_limits()
     if limits is not None:
         allowed, in_use = limits
         needed = sum(w.concurrency + WORKER_EXTRA_CONNECTIONS for w in alive)

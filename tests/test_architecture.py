@@ -69,14 +69,6 @@ UNITS = {
 MIGRATIONS_MAY_NAME = {"django_durable.db_functions.OctetLength"}
 MIGRATIONS = PACKAGE / "migrations"
 
-# Temporary, removed when the engine branch lands: the store modules that still
-# decide with operations/state.py (that branch moves the decisions to operations).
-STORE_USES_STATE = {
-    "django_durable.store.runs",
-    "django_durable.store.steps",
-    "django_durable.store.compensations",
-}
-
 
 def modules() -> dict[str, pathlib.Path]:
     found = {}
@@ -152,8 +144,6 @@ def wrong_arrows(edges: dict[str, set[str]]) -> list[str]:
         for target in targets:
             other = unit(target)
             if other == own or other in UNITS.get(own, set()):
-                continue
-            if name in STORE_USES_STATE and target == "django_durable.operations.state":
                 continue
             wrong.append(f"{name} -> {target}")
     return sorted(wrong)

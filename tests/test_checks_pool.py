@@ -90,7 +90,7 @@ def test_the_pool_of_durables_own_database_is_the_one_that_counts(settings):
 
 def test_without_a_pool_nothing_is_warned():
     assert "django_durable.W003" not in ids(run_checks())
-    assert "django_durable.W003" not in ids(worker_start_warnings(64, "postgresql"))
+    assert "django_durable.W003" not in ids(worker_start_warnings(64, False))
 
 
 @pytest.mark.postgres

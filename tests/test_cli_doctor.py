@@ -11,6 +11,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable import conf, store
 from django_durable.models import Run, WorkerNode
+from django_durable.store import diagnostics
 from django_durable.store.functions import CURRENT, definition
 from tests.worker_processes import WorkerPool, wait_until
 
@@ -68,7 +69,7 @@ def test_doctor_on_a_healthy_setup_with_a_live_worker(tmp_path):
         wait_until(lambda: WorkerNode.objects.exists(), 60, "the worker's registration")
         if connection.vendor == "postgresql":
             channel = conf.get("NOTIFY_CHANNEL")
-            wait_until(lambda: store.listening_sessions(channel), 60, "the worker's LISTEN")
+            wait_until(lambda: diagnostics.listening_sessions(channel), 60, "the worker's LISTEN")
         durable.start("sync_account", {})
         code, out = doctor("--json")
         findings = json.loads(out)

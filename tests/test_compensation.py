@@ -4,8 +4,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 import django_durable as durable
-from django_durable import Workflow, step
+from django_durable import Workflow, step, store
 from django_durable.models import Run, StepAttempt
+from django_durable.runtime.compensation import lost_step
 from django_durable.testing import drain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows_engine import BookTrip, SlowUndo
@@ -136,7 +137,6 @@ def test_compensating_run_holds_its_key_and_cannot_be_cancelled():
 
 
 def test_compensating_run_is_claimed_again_when_due(settings):
-    from django_durable import store
 
     run_id = durable.start(SlowUndo, key="undo:2")
     drain()
@@ -152,8 +152,6 @@ def test_compensating_run_is_claimed_again_when_due(settings):
 
 def test_claim_keeps_a_compensating_run_compensating():
     from datetime import timedelta
-
-    from django_durable import store
 
     run_id = durable.start(SlowUndo, key="undo:3")
     drain()
@@ -172,14 +170,12 @@ def test_claim_keeps_a_compensating_run_compensating():
 def test_an_expired_compensation_lease_is_recovered_still_compensating():
     from datetime import timedelta
 
-    from django_durable import store
-
     run_id = durable.start(SlowUndo, key="undo:4")
     drain()
     Run.objects.filter(id=run_id).update(due_at=store.now())
     store.claim(worker_id="dead", queues=None, limit=1, lease=timedelta(seconds=30))
     Run.objects.filter(id=run_id).update(lease_expires_at=store.now() - timedelta(seconds=1))
-    assert run_id in store.recover_expired_leases(3).ids
+    assert run_id in store.recover_expired_leases(3, compensation_step=lost_step).ids
     run = durable.get_run(run_id)
     assert run.status == "compensating" and run.worker_id is None and run.due_at is not None
     assert run.holds_key
@@ -207,7 +203,6 @@ def effect_note(ctx):
 
 
 def test_a_timeout_compensates_completed_steps():
-    from django_durable import store
 
     run_id = durable.start(TimedTrip)
     drain()

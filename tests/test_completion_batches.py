@@ -17,7 +17,7 @@ from django_durable.models import Run, Status, StepAttempt
 from django_durable.runtime import executor
 from django_durable.runtime.recorder import Recorder
 from django_durable.runtime.worker import Held, Worker
-from django_durable.store.steps import RECORD_LAST_STEPS
+from django_durable.store.engines.postgres import RECORD_LAST_STEPS
 from tests.plans import explain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import RebuildIndex, effect
@@ -46,7 +46,7 @@ def completed(run: Run, output) -> executor.LastStep:
     """The last step of ``run`` completed with ``output``, as ``execute`` hands it over."""
     started_at = store.now()
     attempt = store.completed_attempt(run, "rebuild", started_at, output)
-    return executor.LastStep(store.Completion(run, attempt, output), dict(run.context))
+    return executor.LastStep(store.Completion(run, attempt, output, {}), dict(run.context))
 
 
 def refused_later(run_id) -> None:

@@ -18,7 +18,8 @@ import django_durable as durable
 from django_durable import step, store, telemetry
 from django_durable.models import Run, Status
 from django_durable.runtime.worker import Worker
-from django_durable.store import depth, observers
+from django_durable.store import observers
+from django_durable.store.engines import postgres
 from django_durable.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -204,7 +205,7 @@ def test_queue_depth_reads_only_the_claim_index_and_stops_at_its_cap():
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-        cursor.execute("EXPLAIN " + depth.QUEUE_DEPTH, {"cap": 100})
+        cursor.execute("EXPLAIN " + postgres.QUEUE_DEPTH, {"cap": 100})
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "durable_run_claim" in plan, plan
     assert "Seq Scan" not in plan, plan

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from django_durable.store import claims, functions, starts, steps
+from django_durable.store import functions
+from django_durable.store.engines import postgres
 
 MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
 
@@ -50,10 +51,10 @@ def test_the_code_calls_the_newest_version_a_migration_creates():
         newest = max(versions[name], key=lambda v: int(v.rsplit("_v", 1)[1]))
         assert versioned == newest, name
     calls = {
-        "durable_start": starts.START,
-        "durable_claim": claims.CLAIM,
-        "durable_next_due_at": claims.NEXT_DUE_AT,
-        "durable_record_step": steps.RECORD_STEP,
+        "durable_start": postgres.START,
+        "durable_claim": postgres.CLAIM,
+        "durable_next_due_at": postgres.NEXT_DUE_AT,
+        "durable_record_step": postgres.RECORD_STEP,
     }
     for name, call in calls.items():
         called = set(re.findall(r"\b(durable_\w+)\(", call))

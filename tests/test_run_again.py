@@ -99,7 +99,7 @@ def test_the_waiting_run_waits_behind_an_interloper():
     claimed = started_holder(RebuildIndex, "d")
     waiting = durable.start(RebuildIndex, {"v": 2}, key="d")
     # The holder's worker records its last step and dies before handing the key on.
-    store.record_step_completed(claimed, "rebuild", store.now(), 1, last=True)
+    store.record_step_completed(claimed, "rebuild", store.now(), 1, last=True, state={})
     # Meanwhile another start takes the free key (after_close hands it off).
     interloper = durable.start_detailed(RebuildIndex, {"v": 3}, key="d")
     assert interloper.outcome == "handed_off"
@@ -116,7 +116,9 @@ def test_the_waiting_runs_timeout_counts_from_when_it_takes_the_key():
     waiting = durable.start(RebuildOnce, {"v": 2}, key="e")
     assert fresh(waiting).timeout_at is None
     Run.objects.filter(id=claimed.id).update(status=Status.RUNNING)
-    store.record_step_failed(claimed, "rebuild", store.now(), {"type": "X"}, retry_at=None)
+    store.record_step_failed(
+        claimed, "rebuild", store.now(), {"type": "X"}, retry_at=None, state={}
+    )
     before = store.now()
     lifecycle.promote_waiting("rebuild_once", "e")
     run = fresh(waiting)

@@ -211,5 +211,5 @@ def test_fire_due_query_counts():
     # run), the compare-and-set.
     statements = statements_of(scheduler.fire_due)
     inserts = [sql for sql in statements if "durable_start_v2(" in sql]
-    assert len(inserts) == (1 if store.is_postgres() else 0)
+    assert len(inserts) == (1 if store.engine().LISTENS else 0)
     assert len(statements) == 3, statements

@@ -154,8 +154,8 @@ def test_ten_thousand_items_in_one_statement_per_batch(define):
 
 
 def test_the_batch_statement_names_every_column():
-    from django_durable.store import batches
+    from django_durable.store.engines import postgres
 
-    insert = batches.START_BATCH.split("INSERT INTO durable_run (")[1].split(")")[0]
+    insert = postgres.START_BATCH.split("INSERT INTO durable_run (")[1].split(")")[0]
     named = [name.strip().strip('"') for name in insert.split(",")]
     assert named == [field.column for field in Run._meta.concrete_fields]

@@ -14,7 +14,8 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run
-from django_durable.store import claims, handoffs, starts
+from django_durable.store import base, starts
+from django_durable.store.engines import postgres, sqlite
 from django_durable.store.functions import CURRENT
 from tests import plans
 from tests.helpers import run_claimed
@@ -24,12 +25,15 @@ from tests.testapp.workflows import Noop, SyncAccount
 @pytest.mark.django_db
 def test_the_statements_name_every_column_of_the_runs_table():
     columns = tuple(field.column for field in Run._meta.concrete_fields)
-    assert columns == starts.RUN_COLUMNS
+    assert columns == base.RUN_COLUMNS
     attnames = tuple(field.attname for field in Run._meta.concrete_fields)
-    assert attnames == claims.CLAIMED_COLUMNS
-    for statement in (starts.INSERT_RUN, handoffs.HAND_OFF):
+    assert attnames == base.RUN_ATTNAMES
+    assert sqlite.INSERT_RUN is postgres.INSERT_RUN  # one statement, both engines
+    for statement in (postgres.INSERT_RUN, postgres.HAND_OFF):
         for column in columns:
             assert f"%({column})s" in statement, (column, statement[:60])
+    claimed = postgres.CLAIM.split("FROM durable_claim", 1)[0].removeprefix("\nSELECT ")
+    assert tuple(c.strip().strip('"') for c in claimed.split(",")) == columns
     # durable_start_v1 takes the columns a start sets as arguments p_<column>, typed
     # as the table's columns, and inserts every column.
     assert set(starts.START_COLUMNS) <= set(columns)
@@ -56,9 +60,9 @@ def test_the_start_call_passes_its_arguments_in_the_functions_order():
     head = f"FUNCTION {CURRENT['durable_start']}("
     signature = plans.START_FUNCTION.split(head, 1)[1].split(") RETURNS")[0]
     parameters = re.findall(r"\bp_(\w+) \w+", signature)
-    arguments = re.findall(r"%\((\w+)\)s", starts.START)
+    arguments = re.findall(r"%\((\w+)\)s", postgres.START)
     assert arguments == parameters
-    assert "::" not in starts.START
+    assert "::" not in postgres.START
     assert set(starts.START_COLUMNS) <= set(arguments)
 
 

@@ -16,6 +16,7 @@ import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Schedule, StepAttempt, WorkerNode
 from django_durable.runtime import executor
+from django_durable.runtime.compensation import lost_step
 from django_durable.runtime.context import Context
 from django_durable.runtime.maintenance import Maintenance
 from django_durable.runtime.worker import (
@@ -151,7 +152,7 @@ def test_a_worker_whose_run_was_recovered_elsewhere_cannot_record():
     run_id = durable.start(Noop)
     (stale,) = store.claim(worker_id="late", queues=None, limit=1, lease=LEASE)
     expire_lease(run_id)
-    assert store.recover_expired_leases(3).resumed == [run_id]
+    assert store.recover_expired_leases(3, compensation_step=lost_step).resumed == [run_id]
     (fresh,) = store.claim(worker_id="new-owner", queues=None, limit=1, lease=LEASE)
     assert (stale.fence, fresh.fence) == (1, 2)
 

@@ -46,6 +46,6 @@ def test_listen_can_be_turned_off(settings):
 
 
 def test_sqlite_with_several_threads_is_warned_about():
-    assert ids(sqlite_concurrency_warning(4, "sqlite")) == ["django_durable.W001"]
-    assert sqlite_concurrency_warning(1, "sqlite") == []
-    assert sqlite_concurrency_warning(4, "postgresql") == []
+    assert ids(sqlite_concurrency_warning(4, True)) == ["django_durable.W001"]
+    assert sqlite_concurrency_warning(1, True) == []
+    assert sqlite_concurrency_warning(4, False) == []

@@ -83,7 +83,7 @@ def start_many(
     pairs = _items(definition, items)
     results: list[StartResult | None] = [None] * len(pairs)
     with store.atomic():
-        if not store.is_postgres():
+        if not store.engine().BATCHES:
             for n, (payload, key, flow_key) in enumerate(pairs):
                 results[n] = start_run(definition, payload, key, policy, flow_key=flow_key)
             return results  # type: ignore[return-value]

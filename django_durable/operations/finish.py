@@ -66,7 +66,7 @@ def cancel_runs(ids, reason: str) -> list[uuid.UUID]:
     """Cancel those of ``ids`` still going (compensating ones finish first); each
     cancelled run finishes through ``run_finished``, so its own children follow."""
     error = {"type": "Cancelled", "message": reason, "reason": reason}
-    cancelled = store.cancel_runs(ids, error)
+    cancelled = [run_id for run_id in ids if store.cancel_run(run_id, error)]
     for run_id in cancelled:
         run_finished(Run.objects.get(id=run_id))
     return cancelled

@@ -34,7 +34,7 @@ from django_durable.models import (
     Run,
     Status,
 )
-from django_durable.operations import inputs, keys
+from django_durable.operations import deliveries, inputs, keys
 from django_durable.operations import state as run_state
 from django_durable.operations.calls import public_call
 from django_durable.operations.finish import (
@@ -81,7 +81,7 @@ def retry(run_id: uuid.UUID | str) -> uuid.UUID:
     (``state.retried``): a retried run never completes with a timed-out wait's value.
     """
     with store.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
+        run = store.lock_run(run_id)
         if run.status != Status.FAILED:
             raise NotFailed(f"run {run.id} is {run.status}; only a failed run can be retried")
         if run.key is not None and not run.holds_key:
@@ -126,7 +126,7 @@ def release_key(run_id: uuid.UUID | str, by: str | None = None) -> None:
     200 characters; ``ValueError`` otherwise, before anything is written."""
     by = inputs.validate_by(by)
     with store.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
+        run = store.lock_run(run_id)
         if run.status in ACTIVE_STATUSES:
             raise NotFinished(f"run {run.id} is {run.status}; cancel it before releasing its key")
         if not run.holds_key:
@@ -206,7 +206,7 @@ def provide_input(run_id: uuid.UUID | str, name: str, value: Any) -> None:
 def _send(run_id, kind: str, name: str, payload: Any, *, keep: bool, check=None) -> None:
     name = inputs.validate_name(name, kind)
     payload = inputs.validate_payload(payload, f"the {kind} payload")
-    outcome = store.retry_deadlocks(store.deliver)(
+    outcome = store.retry_deadlocks(deliveries.deliver)(
         run_id, kind, name, payload, keep=keep, check=check
     )
     if outcome == "refused":

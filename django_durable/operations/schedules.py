@@ -80,7 +80,7 @@ def schedule(
 
 def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool) -> Schedule:
     with store.atomic():
-        existing = Schedule.objects.select_for_update().filter(name=name).first()
+        existing = store.lock_schedule(name, missing_ok=True)
         if existing is None:
             try:
                 with store.atomic():
@@ -96,7 +96,7 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
                     )
             except IntegrityError:
                 # Another process created it at the same moment (workers syncing).
-                existing = Schedule.objects.select_for_update().get(name=name)
+                existing = store.lock_schedule(name)
         timing_changed = (existing.cron, existing.timezone) != (cron, timezone)
         existing.workflow, existing.key, existing.input = workflow_name, key, payload
         existing.cron, existing.timezone, existing.declared = cron, timezone, declared
@@ -119,7 +119,7 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
 def enable_schedule(name: str) -> None:
     """Let schedule ``name`` fire again, from its next tick after now."""
     with store.atomic():
-        sched = Schedule.objects.select_for_update().get(name=name)
+        sched = store.lock_schedule(name)
         sched.enabled = True
         sched.next_fire_at = next_fire(sched.cron, sched.timezone, store.now())
         sched.save(update_fields=["enabled", "next_fire_at"])
@@ -244,7 +244,7 @@ def trigger_schedule(name: str) -> uuid.UUID | None:
     ``debounced``); never raises ``KeyTaken``. Its next scheduled tick is unchanged.
     """
     with store.atomic():
-        sched = Schedule.objects.select_for_update().get(name=name)
+        sched = store.lock_schedule(name)
         at = store.now()
         run_id, failed = _fire(sched, at)
         store.record_manual_fire(sched.name, fired_at=at, run_id=run_id, failed=failed)

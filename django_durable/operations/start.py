@@ -22,7 +22,7 @@ from django_durable.models import (
     Run,
     Status,
 )
-from django_durable.operations import finish, inputs, keys, options
+from django_durable.operations import deliveries, finish, inputs, keys, options
 from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
 from django_durable.workflows.definition import (
@@ -367,7 +367,7 @@ def _start_keyed(
         if action in _HOLDER_ANSWERS:
             return _holder_answers(workflow, key, holder, payload, action)
         if action is Action.SEND_EVENT:
-            store.deliver(holder.id, "event", policy[1], payload, keep=True)
+            deliveries.deliver(holder.id, "event", policy[1], payload, keep=True)
             _duplicate(workflow, key, holder, payload, "send_event")
             return StartResult(holder.id, "send_event"), None
         if action is Action.DEBOUNCE:

@@ -44,6 +44,12 @@ def pending_for(workflow: type[Workflow], run: Run) -> list[int]:
     return [i for i in reversed(range(run.step_index)) if workflow.steps[i].compensate]
 
 
+def lost_step(state: dict) -> int:
+    """The compensation a compensating run whose worker was lost was running (the
+    first still pending: recovery records its attempt as lost)."""
+    return (run_state.compensation_pending(state) or [0])[0]
+
+
 def begin(
     workflow: type[Workflow],
     run: Run,
@@ -61,7 +67,9 @@ def begin(
     if step_name is not None:
         error = {**error, "step": step_name}
     try:
-        store.begin_compensating(run, step_name, started_at, error, pending)
+        with store.atomic():
+            state = run_state.with_compensation(store.lock_owned_state(run), pending, step_name)
+            store.begin_compensating(run, step_name, started_at, error, state)
     except store.LeaseLost:
         return 0
     logger.info(
@@ -112,8 +120,17 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         # What the compensation changed in the context, kept for a rerun (operations/state.py).
         run.state = run_state.compensation_changed(run.state, run.context, ctx.data)
         try:
+            # The next compensation is the first still pending (state.py keeps the order).
+            state = run_state.without_compensated(run.state, index)
             store.record_compensation_completed(
-                run, index, step.compensate, started_at, output, ctx.data
+                run,
+                index,
+                step.compensate,
+                started_at,
+                output,
+                ctx.data,
+                state=state,
+                last=not run_state.compensation_pending(state),
             )
         except store.LeaseLost:
             return executed

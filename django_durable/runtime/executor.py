@@ -38,7 +38,7 @@ from django_durable.exceptions import (
     StepTimeout,
 )
 from django_durable.models import Run, Status
-from django_durable.operations import children, finish, parents
+from django_durable.operations import children, deliveries, finish, parents
 from django_durable.operations import state as run_state
 from django_durable.operations.state import Suspend
 from django_durable.runtime import calling, compensation, telling
@@ -160,9 +160,7 @@ def _attempt(
             _check_recordable(ctx.data, None, step)
             # What the step changed so far, kept for a rerun from it (operations/state.py, "undo").
             partial = run_state.partial_changes(run.state, run.context, ctx.data)
-            store.record_suspended(
-                run, step.name, started_at, ctx.data, waits, wait, partial=partial
-            )
+            deliveries.suspend(run, step.name, started_at, ctx.data, waits, wait, partial=partial)
         except store.LeaseLost:
             return 0
         except Exception as exc:
@@ -197,7 +195,9 @@ def _attempt(
         # What the step changed in the context, kept for a rerun from a step (operations/state.py).
         run.state = run_state.step_completed(previous_state, run.step_index, previous, ctx.data)
         if not last:
-            store.record_step_completed(run, step.name, started_at, output, last=False)
+            store.record_step_completed(
+                run, step.name, started_at, output, last=False, state=_after_step(run)
+            )
     except store.LeaseLost:
         return 0
     except Exception as exc:
@@ -206,7 +206,8 @@ def _attempt(
     if not last:
         return None  # the next step
     attempt = store.completed_attempt(run, step.name, started_at, output)
-    last_step = LastStep(store.Completion(run, attempt, output), previous, previous_state)
+    completion = store.Completion(run, attempt, output, _after_step(run))
+    last_step = LastStep(completion, previous, previous_state)
     # Recorded here, or by the worker's recorder with others: either way the run
     # is then finished by record_last_step(s).
     (completions or record_last_step)(last_step)
@@ -229,6 +230,11 @@ def record_last_steps(last_steps: list[LastStep]) -> None:
             return
     for last in last_steps:
         _guarded(last.completion.run, record_last_step, last)
+
+
+def _after_step(run: Run) -> dict:
+    """What a step's end (completed or failed) leaves of the run's state."""
+    return run_state.between_steps(run.state)
 
 
 def _guarded(run: Run, fn: Callable[..., Any], *args: Any) -> None:
@@ -386,7 +392,9 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
         )
     attempt = run.attempt
     try:
-        store.record_step_failed(run, step.name, started_at, error, retry_at=retry_at)
+        store.record_step_failed(
+            run, step.name, started_at, error, retry_at=retry_at, state=_after_step(run)
+        )
     except store.LeaseLost:
         return 0
     if retry_at is None:

@@ -31,6 +31,7 @@ from django.db import connections
 
 from django_durable import conf, store, telemetry
 from django_durable.operations import finish, prune, retention, schedules
+from django_durable.runtime import compensation
 from django_durable.runtime.errors import is_connection_fault
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ FORGET_AFTER = store.WORKERS_KEPT
 
 def recover() -> store.Recovery:
     """Recover runs of dead workers; finish those lost too often (MAX_RECOVERIES)."""
-    recovery = store.recover_expired_leases(conf.get("MAX_RECOVERIES"))
+    recovery = store.recover_expired_leases(
+        conf.get("MAX_RECOVERIES"), compensation_step=compensation.lost_step
+    )
     telemetry.recovered(recovery.ids)
     for run in recovery.failed:
         logger.error(

@@ -135,7 +135,7 @@ class Worker:
         self.runs_executed = 0
         # Last steps' records in batches (runtime/recorder.py), on PostgreSQL.
         batch = settings["COMPLETION_BATCH"]
-        self.recorder = Recorder(batch) if batch > 1 and store.is_postgres() else None
+        self.recorder = Recorder(batch) if batch > 1 and store.engine().BATCHES else None
 
     # --- public controls ---------------------------------------------------
 
@@ -145,7 +145,9 @@ class Worker:
         if (problem := calls.not_migrated()) is not None:
             logger.error("worker %s cannot start: %s", self.worker_id, problem)
             return 1
-        for warning in checks.worker_start_warnings(self.concurrency, store.db().vendor):
+        for warning in checks.worker_start_warnings(
+            self.concurrency, store.engine().SERIALISES_WRITERS
+        ):
             logger.warning("%s %s [%s]", warning.msg, warning.hint, warning.id)
         self._register()
         if not store.db().in_atomic_block:
@@ -164,7 +166,7 @@ class Worker:
         if self.recorder:
             loop = self.recorder.loop
             threads.append(threading.Thread(target=loop, name="durable-recorder", daemon=True))
-        if self.listen_alias and connections[self.listen_alias].vendor == "postgresql":
+        if self.listen_alias and store.engine(connections[self.listen_alias]).LISTENS:
             self.notifier = Notifier(
                 channel=self.channel,
                 queues=self.queues,

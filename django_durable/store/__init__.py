@@ -26,20 +26,17 @@ from django_durable.store.base import (
     alias,
     atomic,
     db,
-    db_now,
+    engine,
     in_autocommit,
-    is_postgres,
     notify_due,
     now,
     retry_deadlocks,
     send_after_commit,
 )
 from django_durable.store.batches import (
-    BatchAnswer,
     start_batch,
 )
 from django_durable.store.children import (
-    cancel_runs,
     lock_owned_state,
     run_outcomes,
     save_owned_state,
@@ -53,23 +50,11 @@ from django_durable.store.claims import (
 )
 from django_durable.store.compensations import (
     begin_compensating,
-    hand_back_compensating,
     record_compensation_completed,
     record_compensation_failed,
-    recover_expired_compensations,
 )
 from django_durable.store.depth import (
-    DEPTH_CAP,
     queue_depths,
-)
-from django_durable.store.diagnostics import (
-    connection_limits,
-    database_clock,
-    listening_sessions,
-    notify_round_trip,
-)
-from django_durable.store.functions import (
-    outdated_functions,
 )
 from django_durable.store.handoffs import hand_off
 from django_durable.store.holders import (
@@ -77,6 +62,7 @@ from django_durable.store.holders import (
     cancel_run,
     get_holder,
     get_waiting_behind,
+    lock_run,
     move_waiting_behind,
     release_key,
     replace_holder,
@@ -92,7 +78,6 @@ from django_durable.store.observers import (
     watch_claims,
 )
 from django_durable.store.pruning import (
-    prunable,
     prune_activity,
     prune_runs,
 )
@@ -106,9 +91,10 @@ from django_durable.store.reruns import began_steps, make_rerun, rerun_already, 
 from django_durable.store.runs import (
     Recovery,
     current_status,
-    deliver,
     hand_back,
     hand_back_lost,
+    keep_event,
+    record_delivery,
     recover_expired_leases,
     renew_lease,
     waiting_for_input,
@@ -116,6 +102,7 @@ from django_durable.store.runs import (
 from django_durable.store.schedules import (
     advance_schedule,
     lock_due_schedules,
+    lock_schedule,
     record_manual_fire,
 )
 from django_durable.store.starts import (
@@ -129,20 +116,20 @@ from django_durable.store.starts import (
 from django_durable.store.steps import (
     Completion,
     completed_attempt,
+    kept_event,
     record_attempt_cancelled,
     record_completion,
     record_last_steps,
     record_run_failed,
     record_step_completed,
     record_step_failed,
-    record_suspended,
+    record_suspension,
 )
 from django_durable.store.timers import (
     advance_timers,
 )
 from django_durable.store.workers import (
     WORKERS_KEPT,
-    Listener,
     forget_dead_workers,
     notify_runs_due,
     open_listener,
@@ -155,13 +142,10 @@ from django_durable.store.workers import (
 )
 
 __all__ = [
-    "DEPTH_CAP",
-    "BatchAnswer",
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",
     "LeaseLost",
-    "Listener",
     "Recovery",
     "active_children",
     "advance_schedule",
@@ -170,39 +154,35 @@ __all__ = [
     "atomic",
     "begin_compensating",
     "cancel_run",
-    "cancel_runs",
     "claim",
-    "connection_limits",
     "current_status",
-    "database_clock",
     "db",
-    "db_now",
-    "deliver",
     "forget_dead_workers",
     "get_holder",
     "get_waiting_behind",
+    "lock_run",
+    "lock_schedule",
+    "record_delivery",
+    "keep_event",
+    "record_suspension",
+    "kept_event",
     "hand_back",
-    "hand_back_compensating",
     "hand_back_lost",
     "hand_off",
     "in_autocommit",
     "insert_or_get_holder",
     "insert_run",
-    "is_postgres",
-    "listening_sessions",
+    "engine",
     "lock_due_schedules",
     "lock_owned_state",
     "move_waiting_behind",
     "next_due_at",
     "notify_due",
-    "notify_round_trip",
-    "outdated_functions",
     "notify_runs_due",
     "now",
     "open_listener",
     "due_now_by_workflow",
     "paused_queues",
-    "prunable",
     "prune_activity",
     "prune_runs",
     "began_steps",
@@ -223,8 +203,6 @@ __all__ = [
     "completed_attempt",
     "Completion",
     "record_step_failed",
-    "record_suspended",
-    "recover_expired_compensations",
     "recover_expired_leases",
     "register_worker",
     "release_key",

@@ -24,6 +24,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import OperationalError, connections, transaction
@@ -33,6 +34,7 @@ from django.utils import timezone
 
 from django_durable import conf, signals
 from django_durable.models import Run, Status, StepAttempt
+from django_durable.store import engines
 
 __all__ = [
     "LeaseLost",
@@ -40,8 +42,8 @@ __all__ = [
     "atomic",
     "db",
     "db_now",
+    "engine",
     "in_autocommit",
-    "is_postgres",
     "notify_due",
     "now",
     "retry_deadlocks",
@@ -68,22 +70,33 @@ def atomic(**kwargs):
     return transaction.atomic(using=alias(), **kwargs)
 
 
+def engine(connection=None) -> ModuleType:
+    """The engine of django-durable's database (``store/engines``: its statements and
+    what it does), chosen once per connection alias; ``connection``: ``db()``, when
+    the caller has it already."""
+    return engines.for_connection(connection or db())
+
+
+# The runs table's columns, in the model's order: the one list the statements that
+# name every column (the engines' INSERTs) are checked against, and the order of a
+# claimed row (the claim returns durable_run rows).
+RUN_COLUMNS = tuple(field.column for field in Run._meta.concrete_fields)
+RUN_ATTNAMES = tuple(field.attname for field in Run._meta.concrete_fields)
+
+
 # The offset of each database's clock from this process's clock (PostgreSQL), by
 # alias: a property of the database server, measured again whenever a connection to
 # it opens (the last measurement stands).
 _clock_offsets: dict[str, timedelta] = {}
 
-# The database's clock now (not the transaction's start: clock_timestamp()).
-READ_CLOCK = "SELECT clock_timestamp()"
-
 
 def _measure_clock(sender, connection, **kwargs) -> None:
     """Measure a new connection's clock offset (``connection_created``)."""
-    if connection.vendor != "postgresql" or connection.alias != alias():
+    if connection.alias != alias() or not engine(connection).SERVER_CLOCK:
         return
     before = timezone.now()
     with connection.cursor() as cursor:
-        cursor.execute(READ_CLOCK)
+        cursor.execute(engine(connection).READ_CLOCK)
         (database_now,) = cursor.fetchone()
     after = timezone.now()
     offset = database_now - (before + (after - before) / 2)
@@ -105,11 +118,7 @@ def now(connection=None) -> datetime:
 def db_now():
     """The database's clock inside a statement (``Now()`` on PostgreSQL), for the ORM's
     lease and recovery writes; on SQLite this process's clock."""
-    return Now() if is_postgres() else timezone.now()
-
-
-def is_postgres() -> bool:
-    return db().vendor == "postgresql"
+    return Now() if engine().SERVER_CLOCK else timezone.now()
 
 
 def in_autocommit(connection=None) -> bool:
@@ -236,14 +245,13 @@ def announce_attempt(attempt: StepAttempt) -> None:
 
 # --- waking workers -------------------------------------------------------------------
 
-# Wakes idle workers of ``queue`` (PostgreSQL LISTEN/NOTIFY); delivered when the
-# transaction commits.
-NOTIFY = "SELECT pg_notify(%s, %s)"
-
 
 def notify_due(queue: str) -> None:
-    if is_postgres():
-        execute(NOTIFY, [conf.get("NOTIFY_CHANNEL"), queue])
+    """Wake the idle workers of ``queue`` (the engine's NOTIFY, at commit); on a
+    database without NOTIFY they poll."""
+    notify = engine().NOTIFY
+    if notify is not None:
+        execute(notify, [conf.get("NOTIFY_CHANNEL"), queue])
 
 
 # --- a worker's own runs ------------------------------------------------------------

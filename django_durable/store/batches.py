@@ -18,52 +18,9 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django_durable import conf
-from django_durable.store.base import as_json, fetchall, now
+from django_durable.store.base import as_json, engine, fetchall, now
 
 __all__ = ["BatchAnswer", "start_batch"]
-
-# One batch of new runs (PostgreSQL); every column of durable_run is named. The
-# holders are found through durable_run_one_holder_per_key (one probe per taken
-# key); ``wake`` sends one NOTIFY for the batch when its runs are due now (at
-# commit). One row per item, in the items' order.
-START_BATCH = """
-WITH item AS (
-    SELECT *
-    FROM unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(keys)s::text[], %(flow_keys)s::text[])
-         WITH ORDINALITY AS i(id, input, "key", flow_key, ord)
-),
-new AS (
-    INSERT INTO durable_run (
-        id, workflow, queue, status, priority, input, context, result, error, "key",
-        holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
-        debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-        recoveries, step_names, trace_context, created_at, started_at, finished_at,
-        rerun_of_id, rerun_from_step, inputs, flow_key
-    )
-    SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
-           '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
-           %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
-           NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key
-    FROM item
-    ORDER BY item.ord
-    ON CONFLICT DO NOTHING
-    RETURNING id
-),
-wake AS (
-    SELECT pg_notify(%(channel)s, %(queue)s) FROM (SELECT 1 FROM new LIMIT 1) AS any_new
-    WHERE %(wake)s
-)
-SELECT item.ord, new.id IS NOT NULL, holder.id, holder.status, holder.started_at,
-       holder.input IS DISTINCT FROM item.input,
-       (SELECT count(*) FROM wake)
-FROM item
-LEFT JOIN new ON new.id = item.id
-LEFT JOIN durable_run AS holder
-       ON new.id IS NULL AND item.key IS NOT NULL
-      AND holder.workflow = %(workflow)s AND holder.key = item.key AND holder.holds_key
-ORDER BY item.ord
-"""
 
 
 class BatchAnswer(NamedTuple):
@@ -91,7 +48,8 @@ def start_batch(
 ) -> list[BatchAnswer]:
     """Insert ``items`` (id, input, key, flow key) as pending runs of ``workflow`` in one
     statement (START_BATCH), all with the ``trace_context`` of the call that started
-    them; one answer per item, in order. PostgreSQL only."""
+    them; one answer per item, in order. Only where the engine has START_BATCH
+    (PostgreSQL: its ``BATCHES``)."""
     at = now()
     params: dict[str, Any] = {
         "ids": [item[0] for item in items],
@@ -109,7 +67,7 @@ def start_batch(
         "wake": due_at <= at,
         "channel": conf.get("NOTIFY_CHANNEL"),
     }
-    rows = fetchall(START_BATCH, params)
+    rows = fetchall(engine().START_BATCH, params)
     return [
         BatchAnswer(True)
         if inserted

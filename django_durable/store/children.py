@@ -13,10 +13,8 @@ from django_durable.store.base import (
     now,
     owned,
 )
-from django_durable.store.holders import cancel_run
 
 __all__ = [
-    "cancel_runs",
     "lock_owned_state",
     "run_outcomes",
     "save_owned_state",
@@ -50,15 +48,6 @@ def run_outcomes(ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, tuple[str, Any, An
         "id", "status", "result", "error", "parent_id"
     )
     return {row[0]: tuple(row[1:]) for row in rows}
-
-
-def cancel_runs(ids: Sequence[uuid.UUID], error: dict) -> list[uuid.UUID]:
-    """Cancel those of ``ids`` that are still pending, running or waiting."""
-    cancelled = []
-    for run_id in ids:
-        if cancel_run(run_id, error):
-            cancelled.append(run_id)
-    return cancelled
 
 
 def waiting_parents(limit: int = 500) -> list[tuple[uuid.UUID, dict]]:

@@ -1,15 +1,19 @@
-"""Compensating runs: the fenced writes of undo steps."""
+"""Compensating runs: the fenced writes of undo steps.
+
+Which steps are undone, and in which order, is the caller's (runtime/compensation.py):
+these functions take the run's new state as a value and write it, conditional on the
+run still being this worker's (its fence) and compensating."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from django.db.models import F
 
 from django_durable.models import Run, Status, StepAttempt
-from django_durable.operations import state as run_state
 from django_durable.store.base import (
     LeaseLost,
     announce_attempt,
@@ -52,16 +56,14 @@ def _compensation_attempt(run: Run, index: int, name: str, status: str, started_
 
 
 def begin_compensating(
-    run: Run, step_name: str | None, started_at: datetime | None, error: dict, pending: list[int]
+    run: Run, step_name: str | None, started_at: datetime | None, error: dict, state: dict
 ) -> None:
     """A run that failed for good turns ``compensating``: it keeps its key and its
-    worker, keeps ``error`` as the original error, and will undo ``pending``
-    (step indexes, in the order to undo them)."""
-    with atomic():
-        locked = owned(run).select_for_update().only("id", "state").first()
-        if locked is None:
-            raise LeaseLost(run.id)
-        state = run_state.with_compensation(locked.state, pending, step_name)
+    worker, keeps ``error`` as the original error, and takes ``state`` (the steps to
+    undo, which the caller read with ``lock_owned_state`` in its transaction and
+    decided); the failed step's attempt (``step_name``) is recorded with it. In the
+    caller's transaction when it has one (no savepoint of its own)."""
+    with atomic(savepoint=False):
         changes: dict[str, Any] = {
             "status": Status.COMPENSATING,
             "error": error,
@@ -70,7 +72,8 @@ def begin_compensating(
             "waiting_for": None,
             "state": state,
         }
-        owned(run).update(**changes)
+        if not owned(run).update(**changes):
+            raise LeaseLost(run.id)
         if step_name is not None:
             attempt = attempt_of(
                 run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error
@@ -90,12 +93,20 @@ def hand_back_compensating(run: Run) -> bool:
 
 
 def record_compensation_completed(
-    run: Run, index: int, name: str, started_at: datetime, output: Any, context: dict
+    run: Run,
+    index: int,
+    name: str,
+    started_at: datetime,
+    output: Any,
+    context: dict,
+    *,
+    state: dict,
+    last: bool,
 ) -> None:
-    """Record an undone step; the last one ends the run ``compensated``."""
-    state = run_state.without_compensated(run.state, index)
+    """Record an undone step and the run's new ``state``; ``last`` (nothing left to
+    undo) ends the run ``compensated``."""
     changes: dict[str, Any] = {"attempt": 1, "state": state, "context": context}
-    if not run_state.compensation_pending(state):
+    if last:
         changes.update(
             status=Status.COMPENSATED, finished_at=now(), due_at=None, lease_expires_at=None
         )
@@ -150,10 +161,10 @@ def record_compensation_failed(
     announce_attempt(attempt)
 
 
-def recover_expired_compensations() -> list[uuid.UUID]:
+def recover_expired_compensations(step_of: Callable[[dict], int]) -> list[uuid.UUID]:
     """Compensating runs whose worker stopped heartbeating become due again, still
     compensating (so still holding their key and refusing cancel); the lost
-    attempt counts."""
+    attempt counts, recorded as the undo step ``step_of(state)`` says was running."""
     at = now()
     with atomic():
         expired = list(
@@ -169,13 +180,13 @@ def recover_expired_compensations() -> list[uuid.UUID]:
         )
         lost = []
         for run_id, attempt, worker, state in expired:
-            pending = run_state.compensation_pending(state) or [0]
+            index = step_of(state)
             lost.append(
                 StepAttempt(
                     run_id=run_id,
                     kind=StepAttempt.Kind.COMPENSATION,
-                    step=f"#{pending[0]}",
-                    step_index=pending[0],
+                    step=f"#{index}",
+                    step_index=index,
                     attempt=attempt,
                     status=StepAttempt.Outcome.LOST,
                     error={

@@ -8,32 +8,20 @@ estimates, as fresh as the last (auto)ANALYZE, and the dashboard says so.
 
 from __future__ import annotations
 
-from django_durable.store.base import db
+from django_durable.store.base import db, engine
 
 __all__ = ["status_estimates"]
-
-# The table's estimated row count and the sampled frequency of each common status.
-# reltuples is -1 for a table never analysed; pg_stats has no row for it either.
-STATUS_ESTIMATES_SQL = """
-SELECT c.reltuples::bigint,
-       s.most_common_vals::text::text[],
-       s.most_common_freqs
-  FROM pg_class c
-  LEFT JOIN pg_stats s
-    ON s.schemaname = current_schema() AND s.tablename = 'durable_run'
-   AND s.attname = 'status'
- WHERE c.oid = to_regclass('durable_run')
-"""
 
 
 def status_estimates() -> dict[str, int] | None:
     """Estimated runs per status on PostgreSQL; None where there are no statistics
     (SQLite, or a table never analysed): the caller counts instead."""
     connection = db()
-    if connection.vendor != "postgresql":
+    statement = engine(connection).STATUS_ESTIMATES
+    if statement is None:
         return None
     with connection.cursor() as cursor:
-        cursor.execute(STATUS_ESTIMATES_SQL)
+        cursor.execute(statement)
         row = cursor.fetchone()
     if row is None or row[0] is None or row[0] < 0 or row[1] is None:
         return None

@@ -25,7 +25,8 @@ import functools
 import re
 from pathlib import Path
 
-from django_durable.store.base import fetchall
+from django_durable.store.base import db
+from django_durable.store.engines import for_connection, postgres
 
 __all__ = [
     "CURRENT",
@@ -52,13 +53,6 @@ KEPT = ("durable_start_v1", "durable_claim_v1")
 # Where the migrations keep the functions' text, one file per version.
 SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"
 
-# The installed bodies of the given functions (the text between their dollar
-# quotes), by name, among the functions the search path finds.
-INSTALLED_BODIES = """
-SELECT proname, prosrc FROM pg_proc
-WHERE proname = ANY (%s) AND pg_function_is_visible(oid)
-"""
-
 
 @functools.cache
 def definition(versioned: str) -> str:
@@ -72,11 +66,21 @@ def body(statement: str) -> str:
     return re.search(r"AS (\$\w+\$)(.*)\1", statement, re.S).group(2)
 
 
-def outdated_functions() -> dict[str, str]:
+def _installed(connection, names: list[str]) -> list[tuple[str, str]]:
+    """(name, body) of the functions among ``names`` that ``connection``'s database holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(postgres.INSTALLED_BODIES, [names])
+        return cursor.fetchall()
+
+
+def outdated_functions() -> dict[str, str] | None:
     """Each function this code calls that its database lacks ("missing") or holds with
-    another body than its migration's ("out of date"); empty when all are current."""
+    another body than its migration's ("out of date"); empty when all are current;
+    None for a database without the store's functions (SQLite)."""
+    if for_connection(db()).INSTALLED_BODIES is None:
+        return None
     names = list(CURRENT.values())
-    installed = dict(fetchall(INSTALLED_BODIES, [names]))
+    installed = dict(_installed(db(), names))
     outdated = {}
     for name in names:
         if name not in installed:
@@ -89,9 +93,7 @@ def outdated_functions() -> dict[str, str]:
 def missing_functions(connection) -> list[str]:
     """The functions this code calls that ``connection``'s database lacks."""
     names = list(CURRENT.values())
-    with connection.cursor() as cursor:
-        cursor.execute(INSTALLED_BODIES, [names])
-        installed = {name for name, _body in cursor.fetchall()}
+    installed = {name for name, _body in _installed(connection, names)}
     return [name for name in names if name not in installed]
 
 
@@ -117,8 +119,8 @@ def after_migrate(sender, using, **kwargs) -> None:
     from django.db.migrations.loader import MigrationLoader
 
     connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
+    if for_connection(connection).INSTALLED_BODIES is None:
+        return  # a database without the store's functions
     module, _explicit = MigrationLoader.migrations_module(sender.label)
     if module is not None:
         return

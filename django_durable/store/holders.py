@@ -18,6 +18,7 @@ __all__ = [
     "cancel_run",
     "get_holder",
     "get_waiting_behind",
+    "lock_run",
     "move_waiting_behind",
     "release_key",
     "replace_holder",
@@ -186,6 +187,15 @@ def waiting_behind_finished() -> list[tuple[str, str]]:
 
 
 # --- acting on runs -------------------------------------------------------------
+
+
+def lock_run(run_id: uuid.UUID, *fields: str) -> Run:
+    """The run (only ``fields``, when named), its row locked until the caller's
+    transaction ends, for an operation that decides from what it reads (retry, release
+    its key, deliver an event: a suspension locks the row too, so the two never miss
+    each other); ``Run.DoesNotExist`` when there is no such run."""
+    runs = Run.objects.select_for_update()
+    return (runs.only(*fields) if fields else runs).get(id=run_id)
 
 
 def cancel_run(run_id: uuid.UUID, error: Any) -> bool:

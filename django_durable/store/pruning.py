@@ -22,7 +22,7 @@ from django_durable.models import (
     Status,
     StepAttempt,
 )
-from django_durable.store.base import atomic, fetchone, is_postgres
+from django_durable.store.base import atomic, engine, fetchone
 
 __all__ = [
     "prunable",
@@ -32,11 +32,8 @@ __all__ = [
 
 # --- pruning --------------------------------------------------------------------
 
-# The advisory lock of pruning (PostgreSQL), held until the batch's transaction
-# ends: false when another node holds it (that node is pruning). No index: it locks
-# no row.
-TRY_PRUNE_LOCK = "SELECT pg_try_advisory_xact_lock(%s)"
-# The lock's key: "durable\0" as a bigint, so it does not meet a project's own locks.
+# The key of pruning's advisory lock (the engine's TRY_PRUNE_LOCK): "durable\0" as a
+# bigint, so it does not meet a project's own locks.
 PRUNE_LOCK_KEY = int.from_bytes(b"durable\x00", "big")
 
 
@@ -97,9 +94,10 @@ def prune_runs(
     were (or, with ``dry_run``, would be) deleted, children included."""
     total = 0
     skipped: set[uuid.UUID] = set()
+    lock = engine().TRY_PRUNE_LOCK  # None where writers take turns anyway
     while True:
         with atomic():
-            if is_postgres() and not fetchone(TRY_PRUNE_LOCK, [PRUNE_LOCK_KEY])[0]:
+            if lock is not None and not fetchone(lock, [PRUNE_LOCK_KEY])[0]:
                 return total  # another node is pruning
             roots = list(
                 prunable(before, condition)

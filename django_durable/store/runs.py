@@ -9,15 +9,15 @@ from typing import Any, NamedTuple
 
 from django.db.models import F, QuerySet
 
-from django_durable.models import FINISHED_STATUSES, Event, Run, Status, StepAttempt
-from django_durable.operations import state as run_state
+from django_durable.models import Event, Run, Status, StepAttempt
 from django_durable.store.base import LeaseLost, atomic, db_now, notify_due, now, owned
 from django_durable.store.compensations import hand_back_compensating, recover_expired_compensations
 
 __all__ = [
     "Recovery",
     "current_status",
-    "deliver",
+    "keep_event",
+    "record_delivery",
     "hand_back",
     "hand_back_lost",
     "recover_expired_leases",
@@ -40,64 +40,36 @@ def current_status(run_id: uuid.UUID) -> tuple[str, int] | None:
     return tuple(row) if row else None
 
 
-def deliver(
-    run_id: uuid.UUID,
+def record_delivery(
+    run: Run,
     kind: str,
     name: str,
     payload: Any,
     *,
-    keep: bool,
-    check: Callable[[dict, Any], None] | None = None,
-) -> str:
-    """Give an event or input to a run: ``"delivered"`` when it was waiting for it,
-    ``"kept"`` when it is kept for a later wait, ``"refused"`` otherwise.
+    state: dict,
+    waiting_for: str | None,
+    wake: bool,
+) -> None:
+    """Write a delivery the caller decided (``lock_run`` first, in its transaction):
+    the waiting run's new ``state``; with ``wake`` the run is due now and an idle
+    worker is woken, otherwise it keeps waiting, for ``waiting_for``; and the event's
+    row, delivered now. Conditional on the run still waiting."""
+    at = now()
+    if wake:
+        changes: dict[str, Any] = {"status": Status.PENDING, "due_at": at, "waiting_for": None}
+    else:
+        changes = {"waiting_for": waiting_for}
+    Run.objects.filter(id=run.id, status=Status.WAITING).update(state=state, **changes)
+    Event.objects.create(
+        run_id=run.id, kind=kind, name=name, payload=payload, created_at=at, delivered_at=at
+    )
+    if wake:
+        notify_due(run.queue)  # wake an idle worker for the resumed run
 
-    A delivery that completes the wait (its event or input; one of a
-    ``wait_for_any``'s events; the last missing one of a ``wait_for_all``'s) makes
-    the run due; one that leaves a ``wait_for_all`` short keeps the payload in the
-    run's state and the run waiting. ``check(pending_wait, payload)`` is called
-    before anything is written when the run waits for it (``provide_input`` checks
-    the input's kind there); what it raises leaves everything as it was.
 
-    The run row is locked, so this and ``record_suspended`` never miss each other.
-    """
-    slot = run_state.event_slot(kind, name)
-    with atomic():
-        run = (
-            Run.objects.select_for_update()
-            .only("id", "status", "waiting_for", "state", "queue")
-            .get(id=run_id)
-        )
-        if run.status == Status.WAITING and slot in run_state.awaited_slots(run.state):
-            if check is not None:
-                check(run_state.pending_wait(run.state), payload)
-            state = run_state.delivered(run.state, slot, payload)
-            if run_state.satisfied(state):
-                changes: dict[str, Any] = {
-                    "status": Status.PENDING,
-                    "due_at": now(),
-                    "waiting_for": None,
-                }
-            else:
-                changes = {"waiting_for": run_state.waiting_label(state)}
-            Run.objects.filter(id=run_id).update(state=state, **changes)
-            Event.objects.create(
-                run_id=run_id,
-                kind=kind,
-                name=name,
-                payload=payload,
-                created_at=now(),
-                delivered_at=now(),
-            )
-            if "due_at" in changes:
-                notify_due(run.queue)  # wake an idle worker for the resumed run
-            return "delivered"
-        if keep and run.status not in FINISHED_STATUSES:
-            Event.objects.create(
-                run_id=run_id, kind=kind, name=name, payload=payload, created_at=now()
-            )
-            return "kept"
-        return "refused"
+def keep_event(run_id: uuid.UUID, kind: str, name: str, payload: Any) -> None:
+    """Keep an event no wait takes yet (``buffer``): undelivered, for a later wait."""
+    Event.objects.create(run_id=run_id, kind=kind, name=name, payload=payload, created_at=now())
 
 
 def waiting_for_input(workflows: list[str], limit: int) -> QuerySet[Run]:
@@ -177,16 +149,20 @@ def lost_error(recoveries: int, why: str) -> dict[str, Any]:
     }
 
 
-def recover_expired_leases(max_recoveries: int) -> Recovery:
+def recover_expired_leases(
+    max_recoveries: int, *, compensation_step: Callable[[dict], int]
+) -> Recovery:
     """Return runs whose worker stopped heartbeating (by the database's clock) to
     ``pending``, counting the attempt and the recovery; a run lost more than
     ``max_recoveries`` times fails instead (it may be what kills its workers).
+    Compensating runs stay compensating (``recover_expired_compensations``, with
+    ``compensation_step``: the undo step a compensating run's state was in).
 
     The fence grows at the next claim, so the worker that lost the run cannot
     record over its new owner even if it comes back.
     """
     at = now()
-    resumed = recover_expired_compensations()
+    resumed = recover_expired_compensations(compensation_step)
     failed: list[Run] = []
     with atomic():
         expired = list(

@@ -13,10 +13,21 @@ from django_durable.models import Schedule
 __all__ = [
     "advance_schedule",
     "lock_due_schedules",
+    "lock_schedule",
     "record_manual_fire",
 ]
 
 # --- schedules ------------------------------------------------------------------
+
+
+def lock_schedule(name: str, *, missing_ok: bool = False) -> Schedule | None:
+    """The schedule ``name``, its row locked until the caller's transaction ends (so
+    two processes that change it take turns); ``Schedule.DoesNotExist`` when there is
+    none, or None with ``missing_ok``."""
+    schedules = Schedule.objects.select_for_update()
+    if missing_ok:
+        return schedules.filter(name=name).first()
+    return schedules.get(name=name)
 
 
 def lock_due_schedules(at: datetime, limit: int) -> list[Schedule]:

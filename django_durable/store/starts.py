@@ -25,6 +25,7 @@ from django_durable.store.base import (
     alias,
     as_json,
     db,
+    engine,
     fetchone,
     now,
 )
@@ -40,64 +41,6 @@ __all__ = [
     "run_params",
     "wake_params",
 ]
-
-# Every column of ``durable_run``, in the model's order; the INSERTs below name
-# them all (tests/test_statements.py checks this list against the model).
-RUN_COLUMNS = (
-    "id",
-    "workflow",
-    "queue",
-    "status",
-    "priority",
-    "input",
-    "context",
-    "result",
-    "error",
-    "key",
-    "holds_key",
-    "runs_after_id",
-    "parent_id",
-    "step_index",
-    "attempt",
-    "due_at",
-    "timeout_at",
-    "debounce_deadline",
-    "waiting_for",
-    "state",
-    "worker_id",
-    "lease_expires_at",
-    "fence",
-    "recoveries",
-    "step_names",
-    "trace_context",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "rerun_of_id",
-    "rerun_from_step",
-    "inputs",
-    "flow_key",
-)
-
-# Insert a run unless its key is taken (PostgreSQL and SQLite).
-INSERT_RUN = """
-INSERT INTO durable_run (
-    id, workflow, queue, status, priority, input, context, result, error, "key",
-    holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
-    debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
-    recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs, flow_key
-) VALUES (
-    %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
-    %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
-    %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
-    %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
-    %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s
-)
-ON CONFLICT DO NOTHING
-RETURNING id
-"""
 
 # The columns a start gives a new run (the arguments of durable_start_v2, with their
 # types); every other column begins as a new Run's default, which the function
@@ -121,21 +64,6 @@ START_COLUMNS = {
     "created_at": "timestamptz",
     "flow_key": "varchar",
 }
-
-# A start on PostgreSQL, in one round trip whether the key is free or taken: a call
-# of durable_start_v2 (django_durable/migrations/sql/durable_start_v2.sql says what
-# it does; store/functions.py why a function, and how its versions change). The
-# run's columns (START_COLUMNS), then the NOTIFY's and the duplicate note's (the
-# note's input is the run's: it goes once), in the order of its parameters (a test
-# compares them). The arguments carry no casts (_start_params says how they go).
-START = """
-SELECT durable_start_v2(
-    %(id)s, %(workflow)s, %(queue)s, %(priority)s, %(input)s, %(context)s, %(key)s,
-    %(holds_key)s, %(runs_after_id)s, %(parent_id)s, %(due_at)s, %(timeout_at)s,
-    %(debounce_deadline)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(flow_key)s,
-    %(wake)s, %(channel)s, %(outcome)s, %(answers)s
-)
-"""
 
 # The holder columns durable_start answers with, in the model's field order (the
 # fields holders.get_holder reads).
@@ -278,7 +206,8 @@ def _start_params(run: NewRun) -> dict[str, Any]:
 
 
 def run_params(run: NewRun, connection) -> dict[str, Any]:
-    """Every column of the new run as the database takes it (INSERT_RUN, handoffs.HAND_OFF): the
+    """Every column of the new run as the database takes it (the engine's INSERT_RUN and
+    HAND_OFF): the
     start's columns and a new run's defaults."""
     params = {}
     for field, default in _new_run_defaults():
@@ -312,7 +241,8 @@ def wake_params(run: NewRun, connection) -> dict[str, Any]:
 def insert_run(run: NewRun) -> bool:
     """Insert ``run`` unless that breaks a key constraint; return whether it was inserted."""
     connection = db()
-    return fetchone(INSERT_RUN, run_params(run, connection), connection) is not None
+    statement = engine(connection).INSERT_RUN
+    return fetchone(statement, run_params(run, connection), connection) is not None
 
 
 def insert_or_get_holder(
@@ -320,13 +250,14 @@ def insert_or_get_holder(
 ) -> InsertOrHolder:
     """Insert ``run`` like ``insert_run``; if its key is taken, also return the holder.
 
-    On PostgreSQL one statement, START (durable_start: it also wakes a worker, and
-    with ``note`` records the duplicate when the holder answers it). Elsewhere
-    INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records the duplicate
-    itself. ``connection``: ``db()``, when the caller has it already.
+    Where the engine has START (PostgreSQL), one statement (durable_start: it also
+    wakes a worker, and with ``note`` records the duplicate when the holder answers
+    it). Elsewhere INSERT_RUN then ``get_holder``, no NOTIFY, and the caller records
+    the duplicate itself. ``connection``: ``db()``, when the caller has it already.
     """
     connection = connection or db()
-    if connection.vendor != "postgresql":
+    start = engine(connection).START
+    if start is None:
         if insert_run(run):
             return _INSERTED
         holder = get_holder(run.workflow, run.key) if run.key is not None else None
@@ -335,7 +266,7 @@ def insert_or_get_holder(
     params.update(wake_params(run, connection))
     params["outcome"] = note.outcome if note is not None else None
     params["answers"] = _answers(note.holder_states) if note is not None else "{}"
-    (answer,) = fetchone(START, params, connection)
+    (answer,) = fetchone(start, params, connection)
     if answer == "true":  # the run went in (the common answer: no JSON to parse)
         return _INSERTED
     if answer is None:

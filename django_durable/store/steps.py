@@ -16,18 +16,18 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django_durable.models import Event, Run, Status, StepAttempt
-from django_durable.operations import state as run_state
 from django_durable.store.base import (
     LeaseLost,
     announce_attempt,
     as_json,
     atomic,
     attempt_of,
+    db,
+    engine,
     fetchall,
     fetchone,
     in_autocommit,
     insert,
-    is_postgres,
     now,
     owned,
     retry_deadlocks,
@@ -42,61 +42,9 @@ __all__ = [
     "record_run_failed",
     "record_step_completed",
     "record_step_failed",
-    "record_suspended",
+    "record_suspension",
+    "kept_event",
 ]
-
-# A step's record as one function call (PostgreSQL), atomic on its own: the fenced
-# UPDATE of the run, then its attempt's row when the run is still this worker's
-# (django_durable/migrations/sql/durable_record_step_v1.sql; store/functions.py why
-# a function). Returns the attempt's id, or NULL: the run is not this worker's.
-RECORD_STEP = """
-SELECT durable_record_step_v1(
-    %(change)s::text, %(run_id)s::uuid, %(fence)s::integer, %(step_index)s::integer,
-    %(context)s::jsonb, %(state)s::jsonb, %(due_at)s::timestamptz, %(step)s::varchar,
-    %(attempt)s::integer, %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb,
-    %(logs)s::jsonb, %(worker_id)s::varchar, %(started_at)s::timestamptz,
-    %(finished_at)s::timestamptz
-)
-"""
-
-
-# The last steps of several runs completed (a worker's batch of completions,
-# PostgreSQL), in one statement: each run completed as durable_record_step's 'last'
-# completes it, fenced per run (a run whose fence moved, or that is no longer running,
-# is left alone), and the attempt's row of each run completed; ``done`` lists the
-# batch, one row per run, from parallel arrays. The runs are found through their
-# primary key or durable_run_lease (the index of running runs, as small as the
-# number of runs being executed). Returns (run id, attempt id) per run completed.
-RECORD_LAST_STEPS = """
-WITH done AS (
-    SELECT *
-    FROM unnest(
-        %(run_ids)s::uuid[], %(fences)s::integer[], %(step_indexes)s::integer[],
-        %(contexts)s::jsonb[], %(states)s::jsonb[], %(outputs)s::jsonb[],
-        %(steps)s::varchar[], %(attempts)s::integer[], %(logs)s::jsonb[],
-        %(worker_ids)s::varchar[], %(started_ats)s::timestamptz[],
-        %(finished_ats)s::timestamptz[]
-    ) AS d (run_id, fence, step_index, context, state, output, step, attempt, logs,
-            worker_id, started_at, finished_at)
-),
-completed AS (
-    UPDATE durable_run AS r
-    SET step_index = d.step_index + 1, attempt = 1, context = d.context,
-        waiting_for = NULL, state = d.state, status = 'completed', result = d.output,
-        finished_at = d.finished_at, due_at = NULL, lease_expires_at = NULL
-    FROM done AS d
-    WHERE r.id = d.run_id AND r.fence = d.fence AND r.status = 'running'
-    RETURNING r.id
-)
-INSERT INTO durable_step_attempt (
-    run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
-    started_at, finished_at
-)
-SELECT d.run_id, 'step', d.step, d.step_index, d.attempt, 'completed', d.output, NULL,
-       d.logs, d.worker_id, d.started_at, d.finished_at
-FROM done AS d JOIN completed AS c ON c.id = d.run_id
-RETURNING run_id, id
-"""
 
 
 # A worker's record can meet a start, cancel or promotion of the same key in a deadlock
@@ -105,10 +53,12 @@ RETURNING run_id, id
 @retry_deadlocks
 def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt) -> None:
     """Apply ``changes`` to the owned run and insert ``attempt``, all or nothing;
-    ``LeaseLost`` (nothing written) when the run is no longer this worker's. On
-    PostgreSQL in autocommit: durable_record_step with ``change`` (which of its
-    updates: it makes the same ``changes``)."""
-    if is_postgres() and in_autocommit():
+    ``LeaseLost`` (nothing written) when the run is no longer this worker's. In
+    autocommit, where the engine has RECORD_STEP (PostgreSQL): durable_record_step
+    with ``change`` (which of its updates: it makes the same ``changes``)."""
+    connection = db()
+    statement = engine(connection).RECORD_STEP
+    if statement is not None and in_autocommit(connection):
         params = {
             "change": change,
             "run_id": run.id,
@@ -127,7 +77,7 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
             "started_at": attempt.started_at,
             "finished_at": attempt.finished_at,
         }
-        (recorded,) = fetchone(RECORD_STEP, params)
+        (recorded,) = fetchone(statement, params, connection)
         if recorded is None:
             raise LeaseLost(run.id)
     else:
@@ -141,28 +91,30 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
 
 class Completion(NamedTuple):
     """A run whose last step completed, waiting to be recorded (``record_last_steps``):
-    its attempt's row (``attempt_of``, built when the step ended) and its output."""
+    its attempt's row (``attempt_of``, built when the step ended), its output, and the
+    state the run keeps (the caller's: what a step's end leaves of it)."""
 
     run: Run
     attempt: StepAttempt
     output: Any
+    state: dict
 
 
-def _next_step_changes(run: Run) -> dict[str, Any]:
-    """A completed step's changes: the run moves on to its next step."""
+def _next_step_changes(run: Run, state: dict) -> dict[str, Any]:
+    """A completed step's changes: the run moves on to its next step, with ``state``."""
     return {
         "step_index": run.step_index + 1,
         "attempt": 1,
         "context": run.context,
         "waiting_for": None,
-        "state": run_state.between_steps(run.state),
+        "state": state,
     }
 
 
-def _last_step_changes(run: Run, attempt: StepAttempt, output: Any) -> dict[str, Any]:
+def _last_step_changes(run: Run, attempt: StepAttempt, output: Any, state: dict) -> dict[str, Any]:
     """A completed last step's changes: past the last step, and the run completed."""
     return {
-        **_next_step_changes(run),
+        **_next_step_changes(run, state),
         "status": Status.COMPLETED,
         "result": output,
         "finished_at": attempt.finished_at,
@@ -177,7 +129,7 @@ def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
     each run is completed and its attempt recorded, all of them or none. Returns the
     runs completed; the others are no longer this worker's (nothing written for them,
     as ``LeaseLost`` says of one)."""
-    rows = [(c, _last_step_changes(c.run, c.attempt, c.output)) for c in completions]
+    rows = [(c, _last_step_changes(c.run, c.attempt, c.output, c.state)) for c in completions]
     params = {
         "run_ids": [c.run.id for c, _ in rows],
         "fences": [c.run.fence for c, _ in rows],
@@ -192,7 +144,7 @@ def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
         "started_ats": [c.attempt.started_at for c, _ in rows],
         "finished_ats": [c.attempt.finished_at for c, _ in rows],
     }
-    recorded: dict[uuid.UUID, int] = dict(fetchall(RECORD_LAST_STEPS, params))
+    recorded: dict[uuid.UUID, int] = dict(fetchall(engine().RECORD_LAST_STEPS, params))
     completed = []
     for completion, changes in rows:
         attempt_id = recorded.get(completion.run.id)
@@ -214,21 +166,22 @@ def _recorded(run: Run, changes: dict[str, Any], attempt: StepAttempt, attempt_i
 
 
 def record_step_completed(
-    run: Run, step_name: str, started_at: datetime, output: Any, *, last: bool
+    run: Run, step_name: str, started_at: datetime, output: Any, *, last: bool, state: dict
 ) -> None:
-    """Record a completed step and advance the run; the last step also finishes it."""
+    """Record a completed step and advance the run, with ``state`` (what the step's
+    end leaves of it: the caller's); the last step also finishes it."""
     attempt = completed_attempt(run, step_name, started_at, output)
     if last:
-        record_completion(Completion(run, attempt, output))
+        record_completion(Completion(run, attempt, output, state))
         return
-    _record(run, "next", _next_step_changes(run), attempt)
+    _record(run, "next", _next_step_changes(run, state), attempt)
 
 
 def record_completion(completion: Completion) -> None:
     """Record one completed last step (``record_step_completed`` with ``last``) from
     the attempt built when it ended; ``LeaseLost`` as there."""
-    run, attempt, output = completion
-    _record(run, "last", _last_step_changes(run, attempt, output), attempt)
+    run, attempt, output, state = completion
+    _record(run, "last", _last_step_changes(run, attempt, output, state), attempt)
 
 
 def completed_attempt(run: Run, step_name: str, started_at: datetime, output: Any) -> StepAttempt:
@@ -237,9 +190,16 @@ def completed_attempt(run: Run, step_name: str, started_at: datetime, output: An
 
 
 def record_step_failed(
-    run: Run, step_name: str, started_at: datetime, error: dict, *, retry_at: datetime | None
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    error: dict,
+    *,
+    retry_at: datetime | None,
+    state: dict,
 ) -> None:
-    """Record a failed attempt: the run is due again at ``retry_at``, or fails for good."""
+    """Record a failed attempt: the run is due again at ``retry_at``, or fails for good;
+    either way with ``state`` (what the step's end leaves of it: the caller's)."""
     attempt = attempt_of(run, step_name, StepAttempt.Outcome.FAILED, started_at, error=error)
     if retry_at is not None:
         changes: dict[str, Any] = {
@@ -248,7 +208,7 @@ def record_step_failed(
             "due_at": retry_at,
             "worker_id": None,
             "lease_expires_at": None,
-            "state": run_state.between_steps(run.state),
+            "state": state,
         }
         _record(run, "retry", changes, attempt)
     else:
@@ -258,7 +218,7 @@ def record_step_failed(
             "finished_at": attempt.finished_at,
             "due_at": None,
             "lease_expires_at": None,
-            "state": run_state.between_steps(run.state),
+            "state": state,
         }
         _record(run, "failed", changes, attempt)
 
@@ -279,84 +239,59 @@ def record_run_failed(run: Run, error: dict) -> None:
         setattr(run, name, value)
 
 
-@retry_deadlocks
-def record_suspended(
+def kept_event(run_id: uuid.UUID, name: str) -> tuple[int, Any] | None:
+    """``(id, payload)`` of the newest kept (``buffer=True``), undelivered event
+    ``name`` of the run, or None: one query, through the events' (run, kind, name)
+    index."""
+    return (
+        Event.objects.filter(
+            run_id=run_id, kind=Event.Kind.EVENT, name=name, delivered_at__isnull=True
+        )
+        .order_by("-id")
+        .values_list("id", "payload")
+        .first()
+    )
+
+
+def record_suspension(
     run: Run,
     step_name: str,
     started_at: datetime,
-    context: dict,
-    waits: list,
-    wait,
     *,
-    partial: dict | None = None,
+    status: str,
+    due_at: datetime | None,
+    waiting_for: str | None,
+    state: dict,
+    context: dict,
+    delivered: Sequence[int],
+    at: datetime,
 ) -> None:
-    """Suspend the run in a wait and free the worker.
-
-    The run row is locked so that an event sent at the same moment is either
-    seen here (kept, then delivered at once) or finds the run waiting. Kept
-    events answer the wait: the newest of each name it waits for (``wait_for_any``:
-    the newest of them all). When they are all it needs, the run is due at once.
-    ``partial``: what the step changed in the context so far (``state.partial_changes``).
-    """
-    at = now()
-    with atomic():
-        locked = owned(run).select_for_update().only("id", "state").first()
-        if locked is None:
+    """Write a suspension the caller decided, in its transaction after
+    ``lock_owned_state`` (so a delivery at the same moment and this never miss each
+    other): the kept events it ``delivered`` now, the run waiting (``status``
+    ``waiting``, due at ``due_at`` for its timeout) or due again at once (``pending``:
+    kept events answered the wait), its ``state`` and ``context``, no worker; and the
+    step's suspended attempt. Fenced by the claim: ``LeaseLost`` when the run is no
+    longer this worker's."""
+    changes: dict[str, Any] = {
+        "status": status,
+        "due_at": due_at,
+        "waiting_for": waiting_for,
+        "state": state,
+        "context": context,
+        "worker_id": None,
+        "lease_expires_at": None,
+    }
+    with atomic(savepoint=False):
+        if delivered:
+            Event.objects.filter(id__in=list(delivered)).update(delivered_at=at)
+        if not owned(run).update(**changes):
             raise LeaseLost(run.id)
-        kept = _kept_events(run, wait, run_state.received(locked.state))
-        state = run_state.suspended(
-            locked.state, waits, wait, {slot: e.payload for slot, e in kept.items()}, at
-        )
-        if partial is not None:
-            state = run_state.with_partial(state, partial)
-        if kept:
-            # Events sent before the run waited for them: delivered now.
-            Event.objects.filter(id__in=[e.id for e in kept.values()]).update(delivered_at=at)
-        if run_state.satisfied(state):
-            changes: dict[str, Any] = {"status": Status.PENDING, "due_at": at, "waiting_for": None}
-        else:
-            due = wait.until
-            if run.timeout_at is not None and (due is None or run.timeout_at < due):
-                due = run.timeout_at
-            label = run_state.waiting_label(state)
-            changes = {"status": Status.WAITING, "due_at": due, "waiting_for": label}
-        changes.update(state=state, context=context, worker_id=None, lease_expires_at=None)
-        owned(run).update(**changes)
         attempt = attempt_of(run, step_name, StepAttempt.Outcome.SUSPENDED, started_at)
         insert(attempt)
     for name, value in changes.items():
         setattr(run, name, value)
     announce_attempt(attempt)
-
-
-def _kept_events(run: Run, wait, got: dict) -> dict[str, Event]:
-    """The kept (``buffer=True``) events that answer ``wait``, by slot: the newest per
-    name, one query per name not yet received (a wait names a few events)."""
-    if wait.kind == "event":
-        names = [wait.name]
-    elif wait.kind in ("any", "all"):
-        names = list(wait.names)
-    else:
-        return {}
-    found: dict[str, Event] = {}
-    for name in names:
-        slot = run_state.event_slot("event", name)
-        if slot in got:
-            continue
-        event = (
-            Event.objects.filter(
-                run_id=run.id, kind=Event.Kind.EVENT, name=name, delivered_at__isnull=True
-            )
-            .order_by("-id")
-            .only("id", "payload")
-            .first()
-        )
-        if event is not None:
-            found[slot] = event
-    if wait.kind == "any" and len(found) > 1:
-        newest = max(found, key=lambda slot: found[slot].id)
-        found = {newest: found[newest]}
-    return found
 
 
 def record_attempt_cancelled(run: Run, step_name: str, started_at: datetime) -> None:

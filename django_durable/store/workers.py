@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Q
 
 from django_durable.models import Run, Status, WorkerNode
-from django_durable.store.base import atomic, db, db_now, is_postgres, notify_due, now
+from django_durable.store.base import atomic, db, db_now, engine, notify_due, now
 
 __all__ = [
     "WORKERS_KEPT",
@@ -119,7 +119,7 @@ def renew_leases(
 
 def notify_runs_due(run_ids: Sequence[uuid.UUID]) -> None:
     """NOTIFY once per queue of ``run_ids`` (runs handed back or recovered just now)."""
-    if not run_ids or not is_postgres():
+    if not run_ids or engine().NOTIFY is None:
         return
     queues = Run.objects.filter(id__in=list(run_ids)).values_list("queue", flat=True)
     for queue in set(queues):
@@ -139,22 +139,18 @@ def reset_connection_after_error(*, drop: bool = False) -> None:
         connection.close()  # the next query reconnects
 
 
-# Whether this session may write: not a standby in recovery, not read-only by default.
-REFUSES_WRITES = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
-
-
 def refuses_writes() -> bool:
     """Does the database's session refuse writes (a standby, a read-only session)?
     Asked after a step's own write was refused (SQLSTATE 25006), to tell a failover
-    from a step writing to a read-only database of its own (PostgreSQL only)."""
-    with db().cursor() as cursor:
-        cursor.execute(REFUSES_WRITES)
+    from a step writing to a read-only database of its own (False where the engine
+    has no standby: SQLite)."""
+    connection = db()
+    statement = engine(connection).REFUSES_WRITES
+    if statement is None:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
         return bool(cursor.fetchone()[0])
-
-
-# Listen for the NOTIFYs of ``notify_due`` (PostgreSQL). The channel is quoted as an
-# identifier by the backend's own quoting.
-LISTEN = "LISTEN {channel}"
 
 
 class Listener:
@@ -171,7 +167,7 @@ class Listener:
         self.connection = connections.create_connection(alias)
         try:
             with self.connection.cursor() as cursor:
-                cursor.execute(LISTEN.format(channel=self.connection.ops.quote_name(channel)))
+                cursor.execute(listen_statement(self.connection, channel))
         except BaseException:
             self.connection.close()
             raise
@@ -183,6 +179,11 @@ class Listener:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def listen_statement(connection, channel: str) -> str:
+    """The engine's LISTEN on ``channel``, quoted as an identifier by the backend."""
+    return engine(connection).LISTEN.format(channel=connection.ops.quote_name(channel))
 
 
 def open_listener(channel: str, alias: str = "default") -> Listener:
