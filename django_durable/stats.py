@@ -1,21 +1,30 @@
-"""Numbers about keys: ``django_durable.stats.keys(workflow=None)``.
+"""Numbers about keys (``django_durable.stats.keys(workflow=None)``), queues,
+throughput and workers.
 
 Re-adds, dropped inputs and hand-offs come from the activity table, so they
 cover ``DURABLE["ACTIVITY_RETENTION"]`` (a week by default); ``keys_held``
 counts the holders in the runs table through the unique index of holders.
+
+Throughput and the workers' counts read finished runs by ``finished_at``
+through ``durable_run_finished`` (finished statuses only), over a bounded
+window: the last hour (``throughput``) and the last day (``worker_counts``).
+A finished run keeps the id of the worker that finished it (``worker_id``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import TruncHour
+from django.db.models.functions import TruncHour, TruncMinute
 
-from django_durable import store
-from django_durable.models import Activity, Run
+from django_durable import conf, store
+from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
+from django_durable.operations.queues import queue_stats
 from django_durable.query import DROPPING_OUTCOMES, readds
+from django_durable.workflows.definition import registry
 
 # Re-adds over time: one bucket per hour of the last day.
 BUCKET = timedelta(hours=1)
@@ -85,3 +94,88 @@ def _over_time(duplicates) -> list[dict]:
         {"at": start + BUCKET * i, "count": counts.get(start + BUCKET * i, 0)}
         for i in range(BUCKETS)
     ]
+
+
+# --- queues, throughput, workers ---------------------------------------------------
+
+# How many of the newest runs ``queues()`` reads for the names of queues whose runs
+# all finished (one range of the created_at index).
+RECENT_RUNS = 1000
+MINUTE = timedelta(minutes=1)
+THROUGHPUT_MINUTES = 60
+WORKER_WINDOW = timedelta(days=1)
+# Runs that ended in failure: failed, and failed then compensated (or not).
+FAILED_STATUSES = (Status.FAILED, Status.COMPENSATED, Status.COMPENSATION_FAILED)
+_COMPLETED = Count("id", filter=Q(status=Status.COMPLETED))
+_FAILED = Count("id", filter=Q(status__in=FAILED_STATUSES))
+
+
+def queues(recent: int = RECENT_RUNS) -> list[dict[str, Any]]:
+    """Every queue an operator may look for, by name: ``queue_stats()``'s rows (queues
+    with active runs, paused and configured ones) and, counted as empty, the queues
+    named in ``DURABLE["QUEUES"]``, of the defined workflows and of the ``recent``
+    newest runs. Three queries, whatever the number of queues."""
+    rows = queue_stats()
+    listed = {row["queue"] for row in rows}
+    newest = Run.objects.order_by("-created_at").values_list("queue", flat=True)[:recent]
+    named = set(conf.get("QUEUES") or {}) | {w.queue for w in registry.all()} | set(newest)
+    limits = conf.queue_limits()
+    rows += [
+        {
+            "queue": name,
+            "paused": False,
+            "pending": 0,
+            "due": 0,
+            "running": 0,
+            "waiting": 0,
+            "oldest_due_seconds": None,
+            "concurrency": limits.get(name),
+        }
+        for name in named - listed
+    ]
+    return sorted(rows, key=lambda row: row["queue"])
+
+
+def throughput(minutes: int = THROUGHPUT_MINUTES) -> list[dict[str, Any]]:
+    """Runs finished per minute over the last ``minutes`` minutes, oldest first, the
+    current (partial) minute last: ``{"at", "completed", "failed"}``, ``at`` the
+    minute's start. ``failed`` counts the runs that ended failed, compensated or
+    compensation_failed; cancelled runs are in neither. One query."""
+    end = store.now().replace(second=0, microsecond=0) + MINUTE
+    start = end - MINUTE * minutes
+    rows = (
+        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__gte=start)
+        .order_by()
+        .annotate(at=TruncMinute("finished_at"))
+        .values("at")
+        .annotate(completed=_COMPLETED, failed=_FAILED)
+    )
+    found = {row["at"]: row for row in rows}
+    buckets = []
+    for i in range(minutes):
+        at = start + MINUTE * i
+        row = found.get(at, {})
+        buckets.append(
+            {"at": at, "completed": row.get("completed", 0), "failed": row.get("failed", 0)}
+        )
+    return buckets
+
+
+def worker_counts(
+    worker_ids: list[str], window: timedelta = WORKER_WINDOW
+) -> dict[str, dict[str, int]]:
+    """Per worker id, the runs it finished within ``window`` (a day): ``completed``
+    and ``failed`` (as in ``throughput``). One query; workers without any are absent."""
+    if not worker_ids:
+        return {}
+    rows = (
+        Run.objects.filter(
+            status__in=FINISHED_STATUSES,
+            finished_at__gte=store.now() - window,
+            worker_id__in=list(worker_ids),
+        )
+        .order_by()
+        .values("worker_id")
+        .annotate(completed=_COMPLETED, failed=_FAILED)
+    )
+    return {row.pop("worker_id"): row for row in rows}

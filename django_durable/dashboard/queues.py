@@ -1,0 +1,117 @@
+"""The queues page: each queue's due, running and waiting runs, its concurrency
+limit, whether it is paused and how long its oldest due run has waited; and the
+Pause and Resume buttons.
+
+The rows are ``stats.queues()`` (``durable.queue_stats()`` and the queues named in
+settings, by the defined workflows and by the newest runs): a fixed number of
+queries whatever the number of queues or runs. Pause and Resume are, like the
+run actions (``actions.py``), a GET that shows a confirmation and a POST
+(CSRF-checked by the admin site, ``django_durable.change_run`` needed) that calls
+``durable.pause_queue`` / ``durable.resume_queue`` and writes a ``LogEntry`` on the
+queue's row with the user and the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.contrib import messages
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+
+import django_durable as durable
+from django_durable import stats
+from django_durable.dashboard import audit, timeline
+from django_durable.dashboard.actions import reason_of
+from django_durable.dashboard.site import render_page
+
+
+@dataclass(frozen=True)
+class QueueAction:
+    slug: str
+    label: str
+    logged: str  # the admin history's words
+    explanation: str
+
+
+ACTIONS = {
+    a.slug: a
+    for a in (
+        QueueAction(
+            "pause",
+            "Pause",
+            "Paused queue",
+            "No worker claims the queue's runs until it is resumed: runs already "
+            "running finish, new runs are still accepted and wait, due.",
+        ),
+        QueueAction(
+            "resume",
+            "Resume",
+            "Resumed queue",
+            "Workers claim the queue's due runs again, at once.",
+        ),
+    )
+}
+
+
+def _shown(row: dict) -> dict:
+    """A row of ``queue_stats`` with what the page shows besides its numbers."""
+    oldest = row["oldest_due_seconds"]
+    return {
+        **row,
+        "oldest_due": timeline.human_duration(timedelta(seconds=oldest))
+        if oldest is not None
+        else "",
+        "history_url": _history_url(row["queue"]),
+    }
+
+
+def _history_url(name: str) -> str:
+    try:
+        return reverse("admin:django_durable_queuestate_history", args=[name])
+    except NoReverseMatch:  # a project whose admin site does not register queues
+        return ""
+
+
+def queues_page(request, run_admin):
+    context = {"queues": [_shown(row) for row in stats.queues()]}
+    return render_page(
+        request,
+        run_admin,
+        "django_durable/queues.html",
+        "Queues",
+        context,
+        live="django_durable/_queues_live.html",
+    )
+
+
+def queue_action(request, run_admin, name, action):
+    chosen = ACTIONS.get(action)
+    if chosen is None:
+        raise Http404(f"no action {action!r}")
+    try:
+        row = durable.queue_stats(name)[0]
+    except ValueError as exc:  # not a queue name (empty, longer than 100 characters)
+        raise Http404(str(exc)) from None
+    back = reverse("django_durable:queues")
+    if request.method == "POST":
+        reason = reason_of(request)
+        if action == "pause":
+            durable.pause_queue(name)
+            messages.success(request, f"Queue {name} is paused: its runs are not claimed.")
+        else:
+            durable.resume_queue(name)
+            messages.success(request, f"Queue {name} is resumed: its due runs are claimed.")
+        audit.log_queue(request.user, name, chosen.logged, reason)
+        return HttpResponseRedirect(back)
+    unchanged = row["paused"] == (action == "pause")
+    context = {
+        **run_admin.admin_site.each_context(request),
+        "title": f"{chosen.label} queue {name}?",
+        "queue": _shown(row),
+        "action": chosen,
+        "unchanged": unchanged,
+    }
+    return render(request, "django_durable/queue_confirm.html", context)
