@@ -7,7 +7,9 @@ counts the holders in the runs table through the unique index of holders.
 
 Throughput and the workers' counts read finished runs by ``finished_at``
 through ``durable_run_finished`` (finished statuses only), over a bounded
-window: the last hour (``throughput``) and the last day (``worker_counts``).
+window: the last hour. Their cost grows with the runs finished in an hour, not with
+the table: at 1M runs, 6,500 of them finished in the last hour, each is one
+index range of 10 ms (a day's 164,000 took 210 ms: hence the hour).
 A finished run keeps the id of the worker that finished it (``worker_id``).
 """
 
@@ -103,7 +105,7 @@ def _over_time(duplicates) -> list[dict]:
 RECENT_RUNS = 1000
 MINUTE = timedelta(minutes=1)
 THROUGHPUT_MINUTES = 60
-WORKER_WINDOW = timedelta(days=1)
+WORKER_WINDOW = timedelta(hours=1)
 # Runs that ended in failure: failed, and failed then compensated (or not).
 FAILED_STATUSES = (Status.FAILED, Status.COMPENSATED, Status.COMPENSATION_FAILED)
 _COMPLETED = Count("id", filter=Q(status=Status.COMPLETED))
@@ -164,7 +166,7 @@ def throughput(minutes: int = THROUGHPUT_MINUTES) -> list[dict[str, Any]]:
 def worker_counts(
     worker_ids: list[str], window: timedelta = WORKER_WINDOW
 ) -> dict[str, dict[str, int]]:
-    """Per worker id, the runs it finished within ``window`` (a day): ``completed``
+    """Per worker id, the runs it finished within ``window`` (an hour): ``completed``
     and ``failed`` (as in ``throughput``). One query; workers without any are absent."""
     if not worker_ids:
         return {}

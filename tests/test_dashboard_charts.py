@@ -103,14 +103,14 @@ def test_the_chart_keeps_its_numbers_unlocalized(admin_client, settings):
     assert "(37,5% failed)" in html  # the text is German
 
 
-def test_workers_page_counts_the_runs_each_worker_finished_in_the_last_day(admin_client):
+def test_workers_page_counts_the_runs_each_worker_finished_in_the_last_hour(admin_client):
     at = store.now()
     for worker in ("w-busy", "w-idle"):
         WorkerNode.objects.create(id=worker, hostname="h", pid=1, queues=[], heartbeat_at=at)
     for _ in range(4):
-        finished(Status.COMPLETED, at - timedelta(hours=1), "w-busy")
-    finished(Status.FAILED, at - timedelta(hours=23), "w-busy")
-    finished(Status.COMPLETED, at - timedelta(hours=25), "w-busy")  # outside the day
+        finished(Status.COMPLETED, at - timedelta(minutes=1), "w-busy")
+    finished(Status.FAILED, at - timedelta(minutes=59), "w-busy")
+    finished(Status.COMPLETED, at - timedelta(minutes=61), "w-busy")  # outside the hour
     finished(Status.CANCELLED, at, "w-busy")
     finished(Status.COMPLETED, at, "w-gone-long-ago")
     assert stats.worker_counts(["w-busy", "w-idle"]) == {"w-busy": {"completed": 4, "failed": 1}}
@@ -121,7 +121,7 @@ def test_workers_page_counts_the_runs_each_worker_finished_in_the_last_day(admin
     assert '<td class="durable-worker-done">4</td>' in busy
     assert '<td class="durable-worker-failed"><strong>1</strong></td>' in busy
     assert '<td class="durable-worker-done">0</td>' in idle
-    assert "in the last 24 hours" in html and "Done, 24 h" in html
+    assert "in the last hour" in html and "Done, 1 h" in html
 
 
 @pytest.mark.parametrize("workers", [2, 20])

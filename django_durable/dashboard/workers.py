@@ -12,7 +12,7 @@ queue from the claim index, one ``EXISTS`` per queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count
 from django.utils.timezone import now
@@ -150,13 +150,19 @@ def unknown_to_live_workers(run: Run) -> bool:
     return health.unknown_to_live_workers(run.workflow, run.queue, live_workers())
 
 
+def _window(window: timedelta) -> tuple[str, str]:
+    """("hour", "1 h") for an hour, ("24 hours", "24 h") for a day."""
+    hours = round(window.total_seconds() / 3600)
+    return ("hour" if hours == 1 else f"{hours} hours", f"{hours} h")
+
+
 def workers_page(request, run_admin):
     context = {
         "nodes": nodes(),
         "unserved": unserved_queues(),
         "lease": durable_settings()["LEASE"],
         "kept_hours": round(WORKERS_KEPT.total_seconds() / 3600),
-        "counted_hours": round(stats.WORKER_WINDOW.total_seconds() / 3600),
+        "counted": _window(stats.WORKER_WINDOW),
     }
     return render_page(
         request,
