@@ -50,6 +50,7 @@ def test_every_queue_appears_from_settings_runs_and_pauses(admin_client, setting
     assert "<td>3</td>" in shown["limited"].split("durable-queue-state")[1]
     assert "paused" in shown["frozen"] and "Resume" in shown["frozen"]
     assert "Pause" in shown["limited"] and "paused" not in shown["limited"]
+    assert "History" in shown["frozen"] and "History" not in shown["limited"]
     assert "<td>5</td>" in shown["emails"]  # its limit
     assert "none" in shown["reports"]  # configured without a limit
     assert 'href="/admin/durable/queues/"' in html and 'aria-current="page">Queues' in html

@@ -4,7 +4,8 @@ Pause and Resume buttons.
 
 The rows are ``stats.queues()`` (``durable.queue_stats()`` and the queues named in
 settings, by the defined workflows and by the newest runs): a fixed number of
-queries whatever the number of queues or runs. Pause and Resume are, like the
+queries whatever the number of queues or runs, and one read of the queues an
+operator acted on (``durable_queue``, a row per queue ever paused). Pause and Resume are, like the
 run actions (``actions.py``), a GET that shows a confirmation and a POST
 (CSRF-checked by the admin site, ``django_durable.change_run`` needed) that calls
 ``durable.pause_queue`` / ``durable.resume_queue`` and writes a ``LogEntry`` on the
@@ -26,6 +27,7 @@ from django_durable import stats
 from django_durable.dashboard import audit, timeline
 from django_durable.dashboard.actions import reason_of
 from django_durable.dashboard.site import render_page
+from django_durable.models import QueueState
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,16 @@ ACTIONS = {
 }
 
 
-def _shown(row: dict) -> dict:
-    """A row of ``queue_stats`` with what the page shows besides its numbers."""
+def _shown(row: dict, acted: set[str]) -> dict:
+    """A row of ``queue_stats`` with what the page shows besides its numbers; a
+    link to its history when an operator ever paused or resumed it (``acted``)."""
     oldest = row["oldest_due_seconds"]
     return {
         **row,
         "oldest_due": timeline.human_duration(timedelta(seconds=oldest))
         if oldest is not None
         else "",
-        "history_url": _history_url(row["queue"]),
+        "history_url": _history_url(row["queue"]) if row["queue"] in acted else "",
     }
 
 
@@ -76,7 +79,8 @@ def _history_url(name: str) -> str:
 
 
 def queues_page(request, run_admin):
-    context = {"queues": [_shown(row) for row in stats.queues()]}
+    acted = set(QueueState.objects.values_list("name", flat=True))  # a handful of rows
+    context = {"queues": [_shown(row, acted) for row in stats.queues()]}
     return render_page(
         request,
         run_admin,
@@ -110,7 +114,7 @@ def queue_action(request, run_admin, name, action):
     context = {
         **run_admin.admin_site.each_context(request),
         "title": f"{chosen.label} queue {name}?",
-        "queue": _shown(row),
+        "queue": _shown(row, set()),
         "action": chosen,
         "unchanged": unchanged,
     }
