@@ -52,7 +52,8 @@ SELECT gen_random_uuid(), w.name, 'default', s.status,
        CASE WHEN s.status = 'pending' THEN now() + make_interval(secs => (i %% 2) * 3600 - 60) END,
        CASE WHEN s.status = 'waiting'
             THEN (ARRAY['input:approval', 'event:paid'])[1 + i %% 2] END,
-       CASE WHEN s.status = 'running' THEN 'bench-worker-' || (i %% 4) END,
+       CASE WHEN s.status IN ('running', 'completed', 'failed')
+            THEN 'bench-worker-' || (i %% 4) END,
        CASE WHEN s.status = 'running' THEN now() + interval '30 seconds' END,
        CASE WHEN s.status = 'failed'
             THEN jsonb_build_object('type', 'RuntimeError', 'message', 'failed ' || i) END
@@ -166,9 +167,10 @@ def main() -> None:
     from django.db import connections
     from django.test import Client
     from django.urls import reverse
+    from django.utils import timezone
 
     import django_durable as durable
-    from django_durable.models import Run
+    from django_durable.models import Run, WorkerNode
     from django_durable.testing import drain
     from django_durable.workflows.definition import registry
     from tests.dashboard_workflows import DashOrder
@@ -191,6 +193,13 @@ def main() -> None:
             names = fill(args.rows)
             durable.schedule(SyncAccount, "0 3 * * *", key="nightly-sync", name="nightly")
             get_user_model().objects.create_superuser("bench", "b@example.com", "pw")
+        # The workers that finished the runs, live: the workers page counts their
+        # runs of the last 24 hours (reuse: their heartbeat made fresh again).
+        for n in range(4):
+            WorkerNode.objects.update_or_create(
+                id=f"bench-worker-{n}",
+                defaults={"hostname": "bench", "pid": n, "heartbeat_at": timezone.now()},
+            )
         failed = Run.objects.filter(status="failed").only("id").first()
         user = get_user_model().objects.get(username="bench")
         client = Client()
@@ -238,6 +247,7 @@ def main() -> None:
         timed(client, "pending inputs", page("inputs"), r)
         timed(client, "schedules", page("schedules"), r)
         timed(client, "workers", page("workers"), r)
+        timed(client, "queues", page("queues"), r)
         changelist = reverse("admin:django_durable_run_changelist")
         timed(client, "admin Run list", changelist, r)
         timed(client, "admin Run list, q=10,000 words (cut)", changelist, r, True, q=words)

@@ -27,6 +27,7 @@ from django_durable.dashboard.urls import APP_NAME, patterns
 from django_durable.models import (
     Activity,
     HeldKey,
+    QueueState,
     Run,
     Schedule,
     WorkerNode,
@@ -239,3 +240,11 @@ class WorkerNodeAdmin(ReadOnlyAdmin):
         "stopping",
     )
     ordering = ("id",)
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(ReadOnlyAdmin):
+    """Queues an operator paused or resumed; each pause and resume in the dashboard
+    is in a queue's history."""
+
+    list_display = ("name", "paused", "changed_at")

@@ -1,21 +1,30 @@
-"""Numbers about keys: ``django_durable.stats.keys(workflow=None)``; and
-``status_estimates()``, runs per status as PostgreSQL's statistics estimate them.
+"""Numbers about keys (``django_durable.stats.keys(workflow=None)``), throughput
+and workers; and ``status_estimates()``, runs per status as PostgreSQL's
+statistics estimate them.
 
 Re-adds, dropped inputs and hand-offs come from the activity table, so they
 cover ``DURABLE["ACTIVITY_RETENTION"]`` (a week by default); ``keys_held``
 counts the holders in the runs table through the unique index of holders.
+
+Throughput and the workers' counts read finished runs by ``finished_at``
+through ``durable_run_finished`` (finished statuses only), over a bounded
+window: the last hour. Their cost grows with the runs finished in an hour, not with
+the table: at 1M runs, 6,500 of them finished in the last hour, each is one
+index range of 10 ms (a day's 164,000 took 210 ms: hence the hour).
+A finished run keeps the id of the worker that finished it (``worker_id``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import TruncHour
+from django.db.models.functions import TruncHour, TruncMinute
 
 from django_durable import store
-from django_durable.models import Activity, Run
+from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
 from django_durable.query import DROPPING_OUTCOMES, readds
 from django_durable.store import estimates
 
@@ -94,3 +103,59 @@ def _over_time(duplicates) -> list[dict]:
         {"at": start + BUCKET * i, "count": counts.get(start + BUCKET * i, 0)}
         for i in range(BUCKETS)
     ]
+
+
+# --- queues, throughput, workers ---------------------------------------------------
+
+MINUTE = timedelta(minutes=1)
+THROUGHPUT_MINUTES = 60
+WORKER_WINDOW = timedelta(hours=1)
+# Runs that ended in failure: failed, and failed then compensated (or not).
+FAILED_STATUSES = (Status.FAILED, Status.COMPENSATED, Status.COMPENSATION_FAILED)
+_COMPLETED = Count("id", filter=Q(status=Status.COMPLETED))
+_FAILED = Count("id", filter=Q(status__in=FAILED_STATUSES))
+
+
+def throughput(minutes: int = THROUGHPUT_MINUTES) -> list[dict[str, Any]]:
+    """Runs finished per minute over the last ``minutes`` minutes, oldest first, the
+    current (partial) minute last: ``{"at", "completed", "failed"}``, ``at`` the
+    minute's start. ``failed`` counts the runs that ended failed, compensated or
+    compensation_failed; cancelled runs are in neither. One query."""
+    end = store.now().replace(second=0, microsecond=0) + MINUTE
+    start = end - MINUTE * minutes
+    rows = (
+        Run.objects.filter(status__in=FINISHED_STATUSES, finished_at__gte=start)
+        .order_by()
+        .annotate(at=TruncMinute("finished_at"))
+        .values("at")
+        .annotate(completed=_COMPLETED, failed=_FAILED)
+    )
+    found = {row["at"]: row for row in rows}
+    buckets = []
+    for i in range(minutes):
+        at = start + MINUTE * i
+        row = found.get(at, {})
+        buckets.append(
+            {"at": at, "completed": row.get("completed", 0), "failed": row.get("failed", 0)}
+        )
+    return buckets
+
+
+def worker_counts(
+    worker_ids: list[str], window: timedelta = WORKER_WINDOW
+) -> dict[str, dict[str, int]]:
+    """Per worker id, the runs it finished within ``window`` (an hour): ``completed``
+    and ``failed`` (as in ``throughput``). One query; workers without any are absent."""
+    if not worker_ids:
+        return {}
+    rows = (
+        Run.objects.filter(
+            status__in=FINISHED_STATUSES,
+            finished_at__gte=store.now() - window,
+            worker_id__in=list(worker_ids),
+        )
+        .order_by()
+        .values("worker_id")
+        .annotate(completed=_COMPLETED, failed=_FAILED)
+    )
+    return {row.pop("worker_id"): row for row in rows}

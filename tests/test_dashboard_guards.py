@@ -36,12 +36,14 @@ EXAMPLES = {
     "inputs": ([], None, "view"),
     "schedules": ([], None, "view"),
     "workers": ([], None, "view"),
+    "queues": ([], None, "view"),
     "run_action": (["RUN", "cancel"], {"reason": "x"}, "change"),
     "rerun_from_step": (["RUN"], {"from_step": "ship", "reason": "x"}, "change"),
     "rerun_with_input": (["RUN", 1], {"reason": "x"}, "change"),
     "bulk": ([], {"action": "cancel", "scope": "all", "confirm": "yes"}, "change"),
     "answer": (["RUN"], {"name": "approval", "wait": "input", "json": "true"}, "change"),
     "schedule_action": (["nightly", "disable"], {}, "change"),
+    "queue_action": (["default", "pause"], {"reason": "x"}, "change"),
 }
 
 
@@ -69,7 +71,7 @@ def requests_of(run_id):
         )
         for headers in ({}, HTMX):
             kind = "htmx" if headers else "page"
-            if data is None or name == "run_action":
+            if data is None or name in ("run_action", "queue_action"):
                 yield f"GET {name} ({kind})", "get", address, None, headers, perm
             if data is not None:
                 yield f"POST {name} ({kind})", "post", address, data, headers, perm

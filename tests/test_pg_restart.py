@@ -79,11 +79,13 @@ def test_two_restarts_under_load_lose_nothing_and_fail_nothing(cluster, tmp_path
     assert report["statuses"] == {"completed": RUNS}, report["failed_errors"]  # 0 failed
     assert report["holders_per_key"] == [1] and report["keys_held"] == RUNS
     assert report["steps_executed"] == 3 * RUNS
-    # At-least-once per step: a repeat is a step whose outcome was lost with the
-    # connection (a "lost" attempt of that step), and no step ran more than twice.
+    # At-least-once per step: every repeat is an execution whose outcome was lost with
+    # the connection (a "lost" attempt of that step). A step runs twice when one
+    # restart took its outcome; three times only when each restart took one (a slow
+    # re-execution on a loaded machine can straddle the second restart).
     for repeat in report["repeats"]:
-        assert repeat["executions"] == 2, repeat
-        assert repeat["lost_attempts"] >= 1, repeat
+        assert 1 <= repeat["lost_attempts"] <= 2, repeat
+        assert repeat["executions"] <= repeat["lost_attempts"] + 1, repeat
     repeated = sum(r["executions"] - 1 for r in report["repeats"])
     print(
         f"\n{report['executions']} step executions for {3 * RUNS} steps: {repeated} repeated "

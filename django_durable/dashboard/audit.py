@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.contrib.admin.models import CHANGE, LogEntry
 
-from django_durable.models import Run, Schedule
+from django_durable.models import QueueState, Run, Schedule
 
 
 def message(action: str, reason: str | None = None) -> str:
@@ -24,6 +24,11 @@ def log_runs(user, run_ids: Iterable, action: str, reason: str | None = None) ->
 
 def log_schedule(user, name: str, action: str) -> None:
     _log(user, Schedule.objects.filter(name=name), action, None)
+
+
+def log_queue(user, name: str, action: str, reason: str | None = None) -> None:
+    """On the queue's row (``durable_queue``), which pausing or resuming creates."""
+    _log(user, QueueState.objects.filter(name=name), action, reason)
 
 
 def _log(user, queryset, action: str, reason: str | None) -> None:

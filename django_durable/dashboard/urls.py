@@ -10,6 +10,7 @@ from django_durable.dashboard import (
     actions,
     bulk,
     pending,
+    queues,
     rerun,
     schedules,
     values,
@@ -60,4 +61,6 @@ def patterns(run_admin) -> list:
             name="schedule_action",
         ),
         path("workers/", see(workers.workers_page), name="workers"),
+        path("queues/", see(queues.queues_page), name="queues"),
+        path("queues/<path:name>/<slug:action>/", act(queues.queue_action), name="queue_action"),
     ]

@@ -19,6 +19,7 @@ from django.utils.timezone import localtime, now
 from django_durable import query
 from django_durable.dashboard import (
     actions,
+    charts,
     counts,
     keystats,
     keyview,
@@ -56,6 +57,7 @@ def overview(request, run_admin):
         "workflows": sorted(w.name for w in registry.all()),
         "unserved": workers.unserved_queues(alive),
         "unknown": workers.unknown_workflows(alive),
+        "throughput": charts.throughput(),
     }
     _add_bars(context["key_stats"])
     return render_page(

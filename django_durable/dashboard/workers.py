@@ -12,12 +12,12 @@ queue from the claim index, one ``EXISTS`` per queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count
 from django.utils.timezone import now
 
-from django_durable import health
+from django_durable import health, stats
 from django_durable.conf import durable_settings
 from django_durable.dashboard.site import render_page
 from django_durable.health import WORKERS_KEPT
@@ -37,6 +37,9 @@ class Node:
     # live, stopping (finishing its steps), stopped (a clean stop) or gone (its
     # heartbeat stopped: killed, crashed or cut off from the database).
     state: str = "live"
+    # Runs it finished within stats.WORKER_WINDOW: completed, and failed.
+    completed: int = 0
+    failed: int = 0
 
 
 def live_since() -> datetime:
@@ -57,6 +60,7 @@ def nodes() -> list[Node]:
         .annotate(n=Count("*"))
         .values_list("worker_id", "n")
     )
+    done = stats.worker_counts([w.id for w in rows])
     return [
         Node(
             w,
@@ -64,6 +68,8 @@ def nodes() -> list[Node]:
             held.get(w.id, 0),
             list(w.queues or []),
             _state(w, since, stopped_since),
+            done.get(w.id, {}).get("completed", 0),
+            done.get(w.id, {}).get("failed", 0),
         )
         for w in rows
     ]
@@ -144,12 +150,19 @@ def unknown_to_live_workers(run: Run) -> bool:
     return health.unknown_to_live_workers(run.workflow, run.queue, live_workers())
 
 
+def _window(window: timedelta) -> tuple[str, str]:
+    """("hour", "1 h") for an hour, ("24 hours", "24 h") for a day."""
+    hours = round(window.total_seconds() / 3600)
+    return ("hour" if hours == 1 else f"{hours} hours", f"{hours} h")
+
+
 def workers_page(request, run_admin):
     context = {
         "nodes": nodes(),
         "unserved": unserved_queues(),
         "lease": durable_settings()["LEASE"],
         "kept_hours": round(WORKERS_KEPT.total_seconds() / 3600),
+        "counted": _window(stats.WORKER_WINDOW),
     }
     return render_page(
         request,
