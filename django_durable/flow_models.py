@@ -42,9 +42,12 @@ class FlowTurn(models.Model):
 CLAIMABLE = ("pending", "waiting", "compensating")
 RUN_FLOW_INDEXES = [
     # The claim with flow keys (durable_claim_v2): a queue's (flow key,
-    # workflow) pairs by a loose index scan, each pair's due runs in order.
+    # workflow) pairs by a loose index scan, each pair's due runs in order. The id
+    # last: the claim orders by it too, which durable_run_claim cannot give, so even
+    # the generic plan of a key holding nearly every run reads this index, never
+    # durable_run_claim (where another key's runs sit behind that backlog).
     models.Index(
-        fields=["queue", "flow_key", "workflow", "-priority", "due_at"],
+        fields=["queue", "flow_key", "workflow", "-priority", "due_at", "id"],
         condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=False),
         name="durable_run_flow",
     ),

@@ -63,3 +63,5 @@ def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
     assert "durable_run_flow" in plan, plan
     assert "durable_run_claim_no_flow" in plan, plan
     assert not re.search(r"Seq Scan on durable_run\b", plan), plan
+    # Never durable_run_claim: there the other key's runs sit behind the backlog.
+    assert not re.search(r"using durable_run_claim on durable_run r(_\d+)?\b", plan), plan

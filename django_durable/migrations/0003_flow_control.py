@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
                     ("flow_key__isnull", False),
                     ("status__in", ("pending", "waiting", "compensating")),
                 ),
-                fields=["queue", "flow_key", "workflow", "-priority", "due_at"],
+                fields=["queue", "flow_key", "workflow", "-priority", "due_at", "id"],
                 name="durable_run_flow",
             ),
         ),
