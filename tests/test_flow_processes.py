@@ -50,9 +50,11 @@ def spans_by_key(workflow: str) -> dict[str, list[tuple[float, float]]]:
     return found
 
 
-def start_workers(workers, n=3, concurrency=4, **settings):
+def start_workers(workers, n=3, concurrency=4, first=0, **settings):
+    """``n`` workers, ids flow<first>, flow<first + 1>...: a worker refuses the id of
+    one that heartbeated within the lease (a SIGKILLed one's, for the lease)."""
     procs = [
-        workers.start("--worker-id", f"flow{i}", "--concurrency", str(concurrency),
+        workers.start("--worker-id", f"flow{first + i}", "--concurrency", str(concurrency),
                       "--queues", "flow,turns", **{**QUICK, **settings})
         for i in range(n)
     ]  # fmt: skip
@@ -123,7 +125,7 @@ def test_a_killed_workers_slot_comes_back_with_its_lease_and_the_limit_holds(wor
     first.wait(10)
     ran_out_at = Run.objects.get(id=held).lease_expires_at
     others = [durable.start(OnePerTenant, {"tenant": "k", "seconds": 0.2}) for _ in range(3)]
-    start_workers(workers, n=2, concurrency=2, **lease)
+    start_workers(workers, n=2, concurrency=2, first=1, **lease)  # not the dead one's id
     wait_until(lambda: all_completed([held, *others]), 120, "the key's runs to complete")
     # Nothing of the key began before the dead worker's lease ran out ...
     for begun in Run.objects.filter(id__in=others).values_list("started_at", flat=True):
