@@ -38,6 +38,12 @@ def chromium():
 
 
 @pytest.fixture
+def staff(django_user_model):
+    """A superuser who signs in with PASSWORD."""
+    return django_user_model.objects.create_superuser("staff", "staff@example.com", PASSWORD)
+
+
+@pytest.fixture
 def shots(tmp_path) -> Path:
     folder = Path(os.environ.get("DURABLE_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)

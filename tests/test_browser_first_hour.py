@@ -13,14 +13,9 @@ import django_durable as durable
 from django_durable.models import WorkerNode
 from django_durable.store import now
 from django_durable.testing import drain
-from tests.browser import PASSWORD, chromium, login, shots  # noqa: F401 (fixtures)
+from tests.browser import chromium, login, shots, staff  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def staff(django_user_model):
-    return django_user_model.objects.create_superuser("staff", "staff@example.com", PASSWORD)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from django_durable.dashboard import site
 from django_durable.models import Run, WorkerNode
 from django_durable.store import now
 from django_durable.testing import drain
-from tests.browser import PASSWORD, chromium, login, shots  # noqa: F401 (fixtures)
+from tests.browser import PASSWORD, chromium, login, shots, staff  # noqa: F401 (fixtures)
 from tests.dashboard_workflows import DashAwaitsEvent, DashOrder
 from tests.testapp.workflows import SlowRetry, SyncAccount
 
@@ -29,11 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 HOSTILE_KEY = "<script>alert('key')</script><img src=x onerror=alert('img')>"
 LONG_KEY = (HOSTILE_KEY + "k" * 255).encode()[:255].decode()
 LONG_VALUE = "<img src=x onerror=alert('value')>" + "v" * 3000
-
-
-@pytest.fixture
-def staff(django_user_model):
-    return django_user_model.objects.create_superuser("staff", "staff@example.com", PASSWORD)
 
 
 @pytest.fixture

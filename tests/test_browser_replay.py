@@ -7,15 +7,10 @@ import pytest
 import django_durable as durable
 from django_durable.models import Run, Status
 from django_durable.testing import drain
-from tests.browser import PASSWORD, chromium, login, shots  # noqa: F401 (fixtures)
+from tests.browser import chromium, login, shots, staff  # noqa: F401 (fixtures)
 from tests.test_replay import BROKEN, FourSteps, broken  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def staff(django_user_model):
-    return django_user_model.objects.create_superuser("staff", "staff@example.com", PASSWORD)
 
 
 def test_bulk_rerun_from_a_step(chromium, live_server, staff, shots, broken):
