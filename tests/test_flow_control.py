@@ -231,12 +231,11 @@ def test_drain_honours_the_limits_and_the_rate_window_is_a_timer():
     assert Run.objects.filter(status=Status.COMPLETED).count() == 7
 
 
+@pytest.mark.postgres
 def test_the_previous_releases_functions_work_on_the_new_schema():
     """Rolling deploy: a process of the previous release calls durable_start_v1 and
     durable_claim_v1 while flow-keyed runs exist; both work (its runs have no flow
-    key; its claims apply no flow limit)."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the store's functions are PostgreSQL's")
+    key; its claims apply no flow limit). The functions are PostgreSQL's."""
     durable.start(PerTenant, {"tenant": 1})
     with connection.cursor() as cursor:
         cursor.execute(
