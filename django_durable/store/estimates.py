@@ -8,7 +8,7 @@ estimates, as fresh as the last (auto)ANALYZE, and the dashboard says so.
 
 from __future__ import annotations
 
-from django_durable.store.base import db, engine
+from django_durable.store.base import db, engine, fetchone
 
 __all__ = ["status_estimates"]
 
@@ -20,9 +20,7 @@ def status_estimates() -> dict[str, int] | None:
     statement = engine(connection).STATUS_ESTIMATES
     if statement is None:
         return None
-    with connection.cursor() as cursor:
-        cursor.execute(statement)
-        row = cursor.fetchone()
+    row = fetchone(statement, [], connection)
     if row is None or row[0] is None or row[0] < 0 or row[1] is None:
         return None
     total, values, freqs = row

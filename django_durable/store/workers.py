@@ -10,7 +10,7 @@ from django.db import connections
 from django.db.models import Q
 
 from django_durable.models import Run, Status, WorkerNode
-from django_durable.store.base import atomic, db, db_now, engine, notify_due, now
+from django_durable.store.base import atomic, db, db_now, engine, fetchone, notify_due, now
 
 __all__ = [
     "WORKERS_KEPT",
@@ -148,9 +148,7 @@ def refuses_writes() -> bool:
     statement = engine(connection).REFUSES_WRITES
     if statement is None:
         return False
-    with connection.cursor() as cursor:
-        cursor.execute(statement)
-        return bool(cursor.fetchone()[0])
+    return bool(fetchone(statement, [], connection)[0])
 
 
 class Listener:
