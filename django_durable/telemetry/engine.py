@@ -88,17 +88,27 @@ def observe_depth(options: Any) -> list[Any]:
     inst = on()
     if inst is None or not inst.observes_depth:  # installed again with queue_depth=False
         return []
+    return _collected("durable.queue.depth", _depths)
+
+
+def _depths() -> list[Any]:
+    depths = store.queue_depths()
+    return [Observation(count, {"durable.queue": queue}) for queue, count in depths.items()]
+
+
+def _collected(metric: str, read: Any) -> list[Any]:
+    """``read()``'s observations; none when the database can't be read (logged). A
+    reader's thread keeps no connection between collections."""
     connection = store.db()
     try:
-        depths = store.queue_depths()
+        return read()
     except DatabaseError:
-        logger.warning("durable.queue.depth: the database could not be read", exc_info=True)
+        logger.warning("%s: the database could not be read", metric, exc_info=True)
         store.reset_connection_after_error()
         return []
     finally:
         if not connection.in_atomic_block:
-            connection.close()  # a reader's thread keeps no connection between collections
-    return [Observation(count, {"durable.queue": queue}) for queue, count in depths.items()]
+            connection.close()
 
 
 def held_back(limit: Any, running: dict, due: dict) -> int:
@@ -127,23 +137,18 @@ def observe_flow(options: Any) -> list[Any]:
     inst = on()
     if inst is None or not inst.observes_depth or store_flow.source is None:
         return []
-    connection = store.db()
+    return _collected("durable.flow.held", _held)
+
+
+def _held() -> list[Any]:
     observed = []
-    try:
-        for name, limit in store_flow.source().items():
-            running = flow_reads.running_by_key(name)
-            due = flow_reads.due_by_key(name)
-            held = held_back(limit, running, due)
-            if limit.rate is not None:
-                begun = flow_reads.begins_in_window(name, list(due), limit.per)
-                full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate}
-                held = max(held, sum(n for k, n in due.items() if k in full))
-            observed.append(Observation(held, {"durable.workflow": name}))
-    except DatabaseError:
-        logger.warning("durable.flow.held: the database could not be read", exc_info=True)
-        store.reset_connection_after_error()
-        return []
-    finally:
-        if not connection.in_atomic_block:
-            connection.close()
+    for name, limit in store_flow.source().items():
+        running = flow_reads.running_by_key(name)
+        due = flow_reads.due_by_key(name)
+        held = held_back(limit, running, due)
+        if limit.rate is not None:
+            begun = flow_reads.begins_in_window(name, list(due), limit.per)
+            full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate}
+            held = max(held, sum(n for k, n in due.items() if k in full))
+        observed.append(Observation(held, {"durable.workflow": name}))
     return observed
