@@ -6,13 +6,15 @@ asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
   finishing them at once (what a worker of concurrency 4 does, without the steps):
   without flow keys, with flow keys (20 keys) and a limit never reached, at the limit
   (20 keys, ``concurrency_per_key = 1``), and the unlimited claim of the same 20
-  keys. Blocks alternate, the median of ``--repeat`` is kept.
+  keys. Blocks alternate, the median of ``--repeat`` is kept; with ``--compare``, each
+  case is also measured through an older claim function, its blocks interleaved.
 - ``fairness``: a backlog of one key (1k / 10k / 100k due runs), then 10 runs of
   another, one thread claiming one run at a time: after how many claims each of the
   other key's runs began (p99 of the 10), and the claim's cost (median and p99 ms
   over the first 100 claims, the claim alone), with the claim's EXPLAIN ANALYZE at that backlog.
 
     python -m bench.flow_suite [--repeat 3] [--runs 2000] [--backlogs 1000,10000,100000]
+                               [--compare durable_claim_v2]
 """
 
 from __future__ import annotations
@@ -137,34 +139,66 @@ def drain_rate(runs: int, keys: int, key_cap: int | None) -> float:
     return runs / seconds
 
 
+def use_claim_function(name: str) -> None:
+    """Make the store's CLAIM call ``name`` (a version of durable_claim its migration
+    kept installed), to measure two versions side by side in one run."""
+    from django_durable.store.engines import postgres
+
+    postgres.CLAIM = re.sub(r"durable_claim_v\d+\(", f"{name}(", postgres.CLAIM)
+
+
 def claims(args) -> dict[str, float]:
+    """Each case's runs/s (median of ``--repeat``), per claim function: the current
+    one, and ``--compare``'s when given, blocks interleaved."""
+    from django_durable.store.functions import CURRENT
+
     cases = {
         "no flow key": (0, None),
         "flow keys, limit not reached": (KEYS, 10_000),
         "flow keys, unlimited": (KEYS, None),
         "at the limit (20 keys, 1 per key)": (KEYS, 1),
     }
-    seen: dict[str, list[float]] = {name: [] for name in cases}
+    functions = [CURRENT["durable_claim"]] + ([args.compare] if args.compare else [])
+    seen: dict[str, list[float]] = {
+        f"{name} [{function}]": [] for name in cases for function in functions
+    }
     for _ in range(args.repeat):
         for name, (keys, cap) in cases.items():
-            seen[name].append(drain_rate(args.runs, keys, cap))
+            for function in functions:
+                use_claim_function(function)
+                seen[f"{name} [{function}]"].append(drain_rate(args.runs, keys, cap))
+    use_claim_function(CURRENT["durable_claim"])
     return {name: statistics.median(rates) for name, rates in seen.items()}
 
 
-def explain_claim(flow_limits, limit: int = 1) -> str:
-    """EXPLAIN ANALYZE of the flow path's statement (durable_claim_v2's, its generic
-    plan as the function keeps it), for a claim of ``limit`` runs of the queue "flow"."""
+def explain_claim(flow_limits, chosen, limit: int = 1) -> str:
+    """EXPLAIN ANALYZE of the flow path's two statements (the current durable_claim's,
+    their generic plans as the function keeps them), for a claim of ``limit`` runs of
+    the queue "flow": the choice of keys, then the claim from the keys ``chosen``
+    ((flow key, workflow) pairs of that queue)."""
     from django.db import connection, transaction
 
     from django_durable.store.functions import CURRENT, definition
 
     create = definition(CURRENT["durable_claim"])
-    query = re.search(r"-- 3 and 4\.\s+RETURN QUERY\s+(.*?);\s*END", create, re.S).group(1)
-    query = query.replace("v_now", "statement_timestamp()")
+    choose = re.search(
+        r"-- 1\. The choices.*?FROM \(\s+(WITH RECURSIVE.*?)\s+\) AS c;", create, re.S
+    )
+    claim = re.search(r"-- 5\. The claim\.\s+RETURN QUERY\s+(.*?);\s*END", create, re.S)
+    variables = {
+        "v_queues": "ARRAY[" + ", ".join(["'flow'"] * len(chosen)) + "]::text[]",
+        "v_keys": f"ARRAY[{', '.join(repr(key) for key, _ in chosen)}]::text[]",
+        "v_workflows": f"ARRAY[{', '.join(repr(wf) for _, wf in chosen)}]::text[]",
+        "v_turns": f"ARRAY[{', '.join(['NULL'] * len(chosen))}]::timestamptz[]",
+        "v_taken": f"ARRAY[{', '.join(str(n + 1) for n in range(len(chosen)))}]::bigint[]",
+        "v_now": "statement_timestamp()",
+    }
+    statements = [
+        choose.group(1),
+        re.sub(r"\bv_\w+\b", lambda m: variables[m.group(0)], claim.group(1)),
+    ]
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
-    for n, (name, _type) in enumerate(arguments, 1):
-        query = re.sub(rf"\b{name}\b", f"${n}", query)
     types = ", ".join(type_ for _name, type_ in arguments)
     names = sorted(flow_limits)
     values = [
@@ -172,16 +206,20 @@ def explain_claim(flow_limits, limit: int = 1) -> str:
         [flow_limits[n].key_cap for n in names], [flow_limits[n].cap for n in names],
         [flow_limits[n].rate for n in names], [flow_limits[n].per for n in names],
     ]  # fmt: skip
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL jit = off")
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE flow_claim({types}) AS {query}")
-        placeholders = ", ".join(["%s"] * len(values))
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE flow_claim({placeholders})", values)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-        cursor.execute("DEALLOCATE flow_claim")
-        transaction.set_rollback(True)  # the explained claim is not kept
-    return plan
+    plans = []
+    for query in statements:
+        for n, (name, _type) in enumerate(arguments, 1):
+            query = re.sub(rf"\b{name}\b", f"${n}", query)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL jit = off")
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor.execute(f"PREPARE flow_claim({types}) AS {query}")
+            placeholders = ", ".join(["%s"] * len(values))
+            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE flow_claim({placeholders})", values)
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+            cursor.execute("DEALLOCATE flow_claim")
+            transaction.set_rollback(True)  # the explained claim is not kept
+    return "\n\n".join(plans)
 
 
 def fairness(backlog: int) -> dict:
@@ -189,7 +227,7 @@ def fairness(backlog: int) -> dict:
     fill(backlog, keys=1, prefix="big:")
     fill(10, keys=1, prefix="small:", shift="59 minutes")  # due after the whole backlog
     flow_limits = limits(10_000)
-    plan = explain_claim(flow_limits)
+    plan = explain_claim(flow_limits, [("small:0", "flowed"), ("big:0", "flowed")])
     costs, picked_at = [], []
     for n in range(1, CLAIMS + 1):
         [run] = claim_and_finish(1, flow_limits, "fair", costs)
@@ -212,6 +250,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--backlogs", default="1000,10000,100000")
     parser.add_argument("--plans", help="a directory to write each backlog's EXPLAIN to")
+    parser.add_argument(
+        "--compare",
+        metavar="FUNCTION",
+        help="also measure the claims with this installed version (durable_claim_v2)",
+    )
     args = parser.parse_args()
     from bench.common import migrate, recreate_database, suite_env
 
@@ -221,11 +264,11 @@ def main() -> None:
     setup_django()
     print(f"load average before: {os.getloadavg()}")
     for name, rate in claims(args).items():
-        print(f"claims/s  {name:36} {rate:8.0f}")
+        print(f"claims/s  {name:56} {rate:8.0f}")
     for backlog in (int(b) for b in args.backlogs.split(",")):
         result = fairness(backlog)
         plan = result.pop("plan")
-        executed = re.search(r"Execution Time: ([\d.]+) ms", plan).group(1)
+        executed = " + ".join(re.findall(r"Execution Time: ([\d.]+) ms", plan))
         seq = "Seq Scan on durable_run " in plan
         print(f"fairness  {result}  explain {executed} ms, seq scan of durable_run: {seq}")
         if args.plans:

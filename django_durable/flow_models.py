@@ -4,7 +4,7 @@ across flow keys, the key claimed least recently first, not oldest first.
 
 One row per (queue, flow key) that was ever claimed from (runs without a flow key
 share the row of ``""``: they take their turns as one key); the claim writes it
-(durable_claim_v2 on PostgreSQL, store/flow.py on SQLite), the worker's pruning
+(durable_claim_v3 on PostgreSQL, store/flow.py on SQLite), the worker's pruning
 deletes the rows of keys idle for a day (store/pruning.py). It holds no limit and no
 count: a lost row only makes its key's next turn come first.
 """
@@ -41,7 +41,7 @@ class FlowTurn(models.Model):
 # module, so not from there).
 CLAIMABLE = ("pending", "waiting", "compensating")
 RUN_FLOW_INDEXES = [
-    # The claim with flow keys (durable_claim_v2): a queue's (flow key,
+    # The claim with flow keys (durable_claim_v3): a queue's (flow key,
     # workflow) pairs by a loose index scan, each pair's due runs in order. The id
     # last: the claim orders by it too, which durable_run_claim cannot give, so even
     # the generic plan of a key holding nearly every run reads this index, never

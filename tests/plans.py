@@ -24,11 +24,36 @@ NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
 HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
 START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
 # The claim (without flow keys due: durable_claim_v1's statement; with them, the flow
-# path's, its clock the statement's for a plan), and the next due time.
+# path's two: the choice of keys, and the claim from the keys chosen), and the next
+# due time.
 CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*RETURN;")
-CLAIM_FLOW_QUERY = _statement(
-    CLAIM_FUNCTION, r"-- 3 and 4\.\s+RETURN QUERY\s+(.*?);\s*END"
-).replace("v_now", "statement_timestamp()")
+CLAIM_CHOOSE_QUERY = _statement(
+    CLAIM_FUNCTION, r"-- 1\. The choices.*?FROM \(\s+(WITH RECURSIVE.*?)\s+\) AS c;"
+)
+_CLAIM_FROM_CHOSEN = _statement(CLAIM_FUNCTION, r"-- 5\. The claim\.\s+RETURN QUERY\s+(.*?);\s*END")
+
+
+def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
+    """The flow path's claim from the keys ``chosen`` ((queue, flow key, workflow),
+    None for a queue's runs without a flow key), its clock the statement's, for a plan
+    (the function passes the keys its step 2 chose as arrays)."""
+
+    def array(values, type_):
+        items = ", ".join("NULL" if v is None else "'" + v.replace("'", "''") + "'" for v in values)
+        return f"ARRAY[{items}]::{type_}[]"
+
+    queues, keys, workflows = zip(*chosen, strict=True)
+    arrays = {
+        "v_queues": array(queues, "text"),
+        "v_keys": array(keys, "text"),
+        "v_workflows": array(workflows, "text"),
+        "v_turns": array([None] * len(chosen), "timestamptz"),
+        "v_taken": f"ARRAY[{', '.join(str(n) for n in range(1, len(chosen) + 1))}]::bigint[]",
+        "v_now": "statement_timestamp()",
+    }
+    return re.sub(r"\bv_\w+\b", lambda m: arrays[m.group(0)], _CLAIM_FROM_CHOSEN)
+
+
 NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")
 
 # Each function: its CREATE statement (for the arguments' names and types) and the

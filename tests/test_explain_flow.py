@@ -1,8 +1,9 @@
-"""PostgreSQL plans of the claim's flow path (durable_claim_v2 with flow-keyed runs
-due): one key's backlog is read through ``durable_run_flow`` up to the room its
-limits leave, and the runs without a flow key through ``durable_run_claim_no_flow``,
-never by a scan of the table, even when the statistics say nearly every claimable
-run has a flow key (the plan that made the claim grow with a key's backlog)."""
+"""PostgreSQL plans of the claim's flow path (durable_claim_v3 with flow-keyed runs
+due), both of its statements: the choice of keys finds each key's first due run, and
+the claim reads a chosen key's backlog up to the room its limits leave, through
+``durable_run_flow``; the runs without a flow key through ``durable_run_claim_no_flow``;
+never by a scan of the table, even when the statistics say nearly every claimable run
+has a flow key (the plan that made the claim grow with a key's backlog)."""
 
 import re
 import uuid
@@ -39,16 +40,23 @@ def backlog(count: int, flow_key: str = "tenant:big") -> None:
     )
 
 
-def flow_claim_plan() -> str:
-    """The generic plan (the one durable_claim_v2 keeps) of the flow path's statement,
-    with the arguments of a real claim of the queue "flow"."""
+def flow_claim_plans() -> tuple[str, str]:
+    """The generic plans (the ones durable_claim_v3 keeps) of the flow path's two
+    statements, with the arguments of a real claim of the queue "flow": the choice of
+    keys, and the claim from both keys and the runs without one."""
     values = call_arguments(
         lambda: store.claim(
             worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
         ),
-        "durable_claim_v2",
+        "durable_claim_v3",
     )
-    return explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_FLOW_QUERY, values, generic=True)
+    choose = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_CHOOSE_QUERY, values, generic=True)
+    chosen = [("flow", "tenant:big", "per_tenant"), ("flow", "tenant:small", "per_tenant"),
+              ("flow", None, None)]  # fmt: skip
+    claim = explain_function(
+        plans.CLAIM_FUNCTION, plans.claim_flow_query(chosen), values, generic=True
+    )
+    return choose, claim
 
 
 def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
@@ -59,9 +67,9 @@ def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-    plan = flow_claim_plan()
-    assert "durable_run_flow" in plan, plan
-    assert "durable_run_claim_no_flow" in plan, plan
-    assert not re.search(r"Seq Scan on durable_run\b", plan), plan
-    # Never durable_run_claim: there the other key's runs sit behind the backlog.
-    assert not re.search(r"using durable_run_claim on durable_run r(_\d+)?\b", plan), plan
+    for plan in flow_claim_plans():
+        assert "durable_run_flow" in plan, plan
+        assert "durable_run_claim_no_flow" in plan, plan
+        assert not re.search(r"Seq Scan on durable_run\b", plan), plan
+        # Never durable_run_claim: there the other key's runs sit behind the backlog.
+        assert not re.search(r"using durable_run_claim on durable_run r(_\d+)?\b", plan), plan

@@ -1,0 +1,45 @@
+"""The claim with flow keys, by key (docs/flow-control.md): ``durable_claim_v3``, on
+PostgreSQL. A claimer takes the flow keys no other claimer is claiming from (a lock
+per key it tries without waiting), then locks only the runs it picks; v2 serialised
+every claimer of a limited workflow and locked a claim's worth of runs of every
+due key. The file in ``sql/`` says how.
+
+Expand, not replace: ``durable_claim_v2`` and ``durable_claim_v1`` stay, so the
+previous releases' processes keep claiming during a rolling deploy. A v3 claimer
+takes a limited workflow's lock shared, which a v2 claimer takes exclusive: the two
+never count at once, and the limits stay exact while both run. No table changes.
+Frozen like every migration: it imports nothing from django_durable, and the
+function's text is read from ``sql/`` by file name.
+"""
+
+from pathlib import Path
+
+from django.db import migrations
+
+SQL = Path(__file__).resolve().parent / "sql"
+FUNCTIONS = ["durable_claim_v3"]
+
+
+def create_functions(apps, schema_editor):
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        for name in FUNCTIONS:
+            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
+
+
+def drop_functions(apps, schema_editor):
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    for name in reversed(FUNCTIONS):
+        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_durable", "0003_flow_control"),
+    ]
+
+    operations = [
+        migrations.RunPython(create_functions, drop_functions, elidable=False),
+    ]

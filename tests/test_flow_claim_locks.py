@@ -1,0 +1,183 @@
+"""How concurrent claimers share the flow keys (durable_claim_v3, PostgreSQL): a
+claimer skips a key another claimer is claiming from instead of waiting for it; one
+that holds no key waits for the first it skipped and then counts what that claimer
+took; and during a rolling deploy a claimer of the previous release (durable_claim_v2,
+which serialises on the workflow's lock) and one of this release never count at once.
+
+Each claimer is a thread with its own connection; the one that holds its claim open
+does so inside a transaction (the key locks are the transaction's), and waits are
+seen in pg_locks, never timed."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections, transaction
+
+import django_durable as durable
+from django_durable import store
+from django_durable.models import Run, Status
+from tests.testapp.workflows_flow import OnePerTenant, Turns
+from tests.worker_processes import wait_until
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+LEASE = timedelta(minutes=1)
+DEADLINE = 30  # seconds: a claim that has not returned by then is stuck, not slow
+
+
+def claim(limit: int, queues=("flow",), worker: str = "w") -> list[Run]:
+    return store.claim(worker_id=worker, queues=list(queues), limit=limit, lease=LEASE)
+
+
+class HeldClaim(threading.Thread):
+    """A claim in a transaction its thread keeps open until ``release()``: the locks
+    it took are held until then. ``call`` claims on the thread's own connection."""
+
+    def __init__(self, call):
+        super().__init__(daemon=True)
+        self.call = call
+        self.claimed: list = []
+        self.pid: int | None = None
+        self.ready = threading.Event()
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            with transaction.atomic():
+                self.pid = connection.connection.info.backend_pid
+                self.claimed = self.call()
+                self.ready.set()
+                assert self.done.wait(DEADLINE), "never released"
+        except BaseException as error:  # reported by the test, not lost in the thread
+            self.error = error
+            self.ready.set()
+        finally:
+            connections.close_all()
+
+    def release(self):
+        self.done.set()
+        self.join(DEADLINE)
+        assert not self.is_alive()
+        if self.error:
+            raise self.error
+
+
+class Claimer(threading.Thread):
+    """A claim on its own connection, its result kept; its backend pid known."""
+
+    def __init__(self, call):
+        super().__init__(daemon=True)
+        self.call = call
+        self.claimed: list | None = None
+        self.pid: int | None = None
+        self.error: BaseException | None = None
+
+    def run(self):
+        try:
+            connection.ensure_connection()
+            self.pid = connection.connection.info.backend_pid
+            self.claimed = self.call()
+        except BaseException as error:
+            self.error = error
+        finally:
+            connections.close_all()
+
+    def result(self) -> list:
+        self.join(DEADLINE)
+        assert not self.is_alive(), "the claim never returned"
+        if self.error:
+            raise self.error
+        return self.claimed
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    """Whether backend ``pid`` waits for an advisory lock (seen in pg_locks)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks"
+            " WHERE pid = %s AND locktype = 'advisory' AND NOT granted)",
+            [pid],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
+    for tenant in ("a", "b"):
+        for _ in range(2):
+            durable.start(Turns, {"tenant": tenant})
+    held = HeldClaim(lambda: claim(1, queues=("turns",), worker="first"))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    [first] = held.claimed
+    try:
+        # The first claimer still holds its key: the second takes the other key's
+        # runs, and returns while the first's transaction is still open.
+        second = Claimer(lambda: claim(4, queues=("turns",), worker="second"))
+        second.start()
+        got = second.result()
+    finally:
+        held.release()
+    assert got and all(r.flow_key != first.flow_key for r in got)
+    assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
+
+
+def test_a_claimer_without_a_key_waits_for_the_one_it_skipped_and_counts_its_claims():
+    for _ in range(3):
+        durable.start(OnePerTenant, {"tenant": "only"})
+    held = HeldClaim(lambda: claim(1, worker="first"))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    assert len(held.claimed) == 1
+    second = Claimer(lambda: claim(4, worker="second"))
+    try:
+        second.start()
+        # The only key is held: the second claimer waits for it (it would otherwise
+        # come back empty while runs are due)...
+        wait_until(
+            lambda: second.pid is not None and waits_for_a_lock(second.pid),
+            DEADLINE,
+            "the second claimer to wait for the key",
+        )
+    finally:
+        held.release()
+    # ...and, once the first committed, counts its running run: the key is full.
+    assert second.result() == []
+    assert Run.objects.filter(flow_key="tenant:only", status=Status.RUNNING).count() == 1
+
+
+def test_a_previous_release_claimer_and_this_one_never_count_at_once():
+    """durable_claim_v2 (the previous release) takes the limited workflow's lock
+    exclusive; this release's claim takes it shared, so it waits for v2's commit and
+    then counts the run v2 claimed: the limit of one per key holds across both."""
+    for _ in range(2):
+        durable.start(OnePerTenant, {"tenant": "mixed"})
+
+    def claim_v2():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM durable_claim_v2(ARRAY['flow'], 4, '{}', '{}', NULL, '{}',"
+                " 'old-release', interval '1 minute', ARRAY['one_per_tenant'], ARRAY[1],"
+                " ARRAY[NULL]::integer[], ARRAY[NULL]::integer[], ARRAY[NULL]::interval[])"
+            )
+            return cursor.fetchall()
+
+    old = HeldClaim(claim_v2)
+    old.start()
+    assert old.ready.wait(DEADLINE)
+    assert len(old.claimed) == 1
+    new = Claimer(lambda: claim(4, worker="new-release"))
+    try:
+        new.start()
+        wait_until(
+            lambda: new.pid is not None and waits_for_a_lock(new.pid),
+            DEADLINE,
+            "the new release's claimer to wait for the old one's lock",
+        )
+    finally:
+        old.release()
+    assert new.result() == []
+    assert Run.objects.filter(flow_key="tenant:mixed", status=Status.RUNNING).count() == 1
