@@ -31,6 +31,11 @@ class FlowTurn(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["queue", "flow_key"], name="durable_flow_turn_key"),
         ]
+        indexes = [
+            # A queue's pointer on PostgreSQL: the key its last claim took last
+            # (durable_claim_v3 reads the newest row).
+            models.Index(fields=["queue", "claimed_at"], name="durable_flow_turn_last"),
+        ]
 
     def __str__(self):
         return f"{self.queue} {self.flow_key or '(no flow key)'} at {self.claimed_at}"
@@ -50,6 +55,14 @@ RUN_FLOW_INDEXES = [
         fields=["queue", "flow_key", "workflow", "-priority", "due_at", "id"],
         condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=False),
         name="durable_run_flow",
+    ),
+    # The claim with flow keys (durable_claim_v3), level by level: the (flow key,
+    # workflow) pairs with claimable runs of one priority, by a loose index scan from
+    # the queue's pointer, and a pair's due runs at that priority in order.
+    models.Index(
+        fields=["queue", "-priority", "flow_key", "workflow", "due_at", "id"],
+        condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=False),
+        name="durable_run_flow_level",
     ),
     # The claim with flow keys, its runs without one: a queue's due runs
     # without a flow key in claim order. durable_run_claim holds them too, but

@@ -1,8 +1,11 @@
 """The claim with flow keys, by key (docs/flow-control.md): ``durable_claim_v3``, on
-PostgreSQL. A claimer takes the flow keys no other claimer is claiming from (a lock
-per key it tries without waiting), then locks only the runs it picks; v2 serialised
-every claimer of a limited workflow and locked a claim's worth of runs of every
-due key. The file in ``sql/`` says how.
+PostgreSQL, and its two indexes. A claimer walks the keys in turns from its queue's
+pointer (the key the last claim took last: ``durable_flow_turn_last``), one priority
+level at a time (``durable_run_flow_level``), takes the keys no other claimer is
+claiming from (a lock per key it tries without waiting), then locks only the runs it
+picks. v2 read every key with claimable runs at every claim, serialised every claimer
+of a limited workflow, and locked a claim's worth of runs of every due key. The file
+in ``sql/`` says how.
 
 Expand, not replace: ``durable_claim_v2`` and ``durable_claim_v1`` stay, so the
 previous releases' processes keep claiming during a rolling deploy. A v3 claimer
@@ -14,7 +17,7 @@ function's text is read from ``sql/`` by file name.
 
 from pathlib import Path
 
-from django.db import migrations
+from django.db import migrations, models
 
 SQL = Path(__file__).resolve().parent / "sql"
 FUNCTIONS = ["durable_claim_v3"]
@@ -41,5 +44,22 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("due_at__isnull", False),
+                    ("flow_key__isnull", False),
+                    ("status__in", ("pending", "waiting", "compensating")),
+                ),
+                fields=["queue", "-priority", "flow_key", "workflow", "due_at", "id"],
+                name="durable_run_flow_level",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="flowturn",
+            index=models.Index(fields=["queue", "claimed_at"], name="durable_flow_turn_last"),
+        ),
+        # After the indexes: durable_claim_v3 reads them.
         migrations.RunPython(create_functions, drop_functions, elidable=False),
     ]
