@@ -5,13 +5,14 @@ asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
 - ``claims``: runs claimed per second by 4 threads, each claiming up to 4 runs and
   finishing them at once (what a worker of concurrency 4 does, without the steps):
   without flow keys, with flow keys (20 keys) and a limit never reached, at the limit
-  (20 keys, ``concurrency_per_key = 1``), and the unlimited claim of the same 20
-  keys. Blocks alternate, the median of ``--repeat`` is kept; with ``--compare``, each
+  (20 keys, ``concurrency_per_key = 1``), the unlimited claim of the same 20 keys,
+  and 2,000 keys (one run each) with a limit never reached. Blocks alternate, the median of ``--repeat`` is kept; with ``--compare``, each
   case is also measured through an older claim function, its blocks interleaved.
 - ``fairness``: a backlog of one key (1k / 10k / 100k due runs), then 10 runs of
   another, one thread claiming one run at a time: after how many claims each of the
   other key's runs began (p99 of the 10), and the claim's cost (median and p99 ms
-  over the first 100 claims, the claim alone), with the claim's EXPLAIN ANALYZE at that backlog.
+  over the first 100 claims, the claim alone), with the EXPLAIN ANALYZE of the claim's
+  walk of the keys and of its claim at that backlog.
 
     python -m bench.flow_suite [--repeat 3] [--runs 2000] [--backlogs 1000,10000,100000]
                                [--compare durable_claim_v2]
@@ -157,6 +158,7 @@ def claims(args) -> dict[str, float]:
         "flow keys, limit not reached": (KEYS, 10_000),
         "flow keys, unlimited": (KEYS, None),
         "at the limit (20 keys, 1 per key)": (KEYS, 1),
+        "2,000 flow keys, limit not reached": (2_000, 10_000),
     }
     functions = [CURRENT["durable_claim"]] + ([args.compare] if args.compare else [])
     seen: dict[str, list[float]] = {
@@ -172,30 +174,42 @@ def claims(args) -> dict[str, float]:
 
 
 def explain_claim(flow_limits, chosen, limit: int = 1) -> str:
-    """EXPLAIN ANALYZE of the flow path's two statements (the current durable_claim's,
-    their generic plans as the function keeps them), for a claim of ``limit`` runs of
-    the queue "flow": the choice of keys, then the claim from the keys ``chosen``
-    ((flow key, workflow) pairs of that queue)."""
+    """EXPLAIN ANALYZE of the flow path's two main statements (the current
+    durable_claim's, their generic plans as the function keeps them), for a claim of
+    ``limit`` runs of the queue "flow": its walk of the queue's keys at priority 0 from
+    the start, then its claim of one run from each of ``chosen`` ((flow key,
+    workflow) pairs of that queue)."""
     from django.db import connection, transaction
 
     from django_durable.store.functions import CURRENT, definition
 
     create = definition(CURRENT["durable_claim"])
-    choose = re.search(
-        r"-- 1\. The choices.*?FROM \(\s+(WITH RECURSIVE.*?)\s+\) AS c;", create, re.S
-    )
-    claim = re.search(r"-- 5\. The claim\.\s+RETURN QUERY\s+(.*?);\s*END", create, re.S)
+    walk = re.search(r"OPEN v_pairs FOR\s+(WITH RECURSIVE ahead.*?);\s+LOOP", create, re.S)
+    claim = re.search(r"\n    -- 5\. The claim:.*?RETURN QUERY\s+(.*?);\s*END", create, re.S)
+
+    def array(values, type_):
+        return f"ARRAY[{', '.join(values)}]::{type_}[]"
+
+    n = len(chosen)
     variables = {
-        "v_queues": "ARRAY[" + ", ".join(["'flow'"] * len(chosen)) + "]::text[]",
-        "v_keys": f"ARRAY[{', '.join(repr(key) for key, _ in chosen)}]::text[]",
-        "v_workflows": f"ARRAY[{', '.join(repr(wf) for _, wf in chosen)}]::text[]",
-        "v_turns": f"ARRAY[{', '.join(['NULL'] * len(chosen))}]::timestamptz[]",
-        "v_taken": f"ARRAY[{', '.join(str(n + 1) for n in range(len(chosen)))}]::bigint[]",
+        "v_queue.name": "'flow'::text",
+        "v_queue.pointer": "''::text",
+        "v_level": "0",
+        "v_queues": array(["'flow'"] * n, "text"),
+        "v_keys": array([f"'{key}'" for key, _ in chosen], "text"),
+        "v_workflows": array([f"'{workflow}'" for _, workflow in chosen], "text"),
+        "v_levels": array(["0"] * n, "integer"),
+        "v_places": array([str(i + 1) for i in range(n)], "integer"),
+        "v_allots": array(["1"] * n, "integer"),
+        "v_resumeds": array(["NULL"] * n, "integer"),
+        "v_capped": "'{}'::text[]",
+        "v_capped_room": "'{}'::integer[]",
+        "v_full": "'{}'::text[]",
         "v_now": "statement_timestamp()",
     }
     statements = [
-        choose.group(1),
-        re.sub(r"\bv_\w+\b", lambda m: variables[m.group(0)], claim.group(1)),
+        re.sub(r"\bv_queue\.\w+|\bv_\w+\b", lambda m: variables[m.group(0)], found.group(1))
+        for found in (walk, claim)
     ]
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
@@ -208,8 +222,8 @@ def explain_claim(flow_limits, chosen, limit: int = 1) -> str:
     ]  # fmt: skip
     plans = []
     for query in statements:
-        for n, (name, _type) in enumerate(arguments, 1):
-            query = re.sub(rf"\b{name}\b", f"${n}", query)
+        for number, (name, _type) in enumerate(arguments, 1):
+            query = re.sub(rf"\b{name}\b", f"${number}", query)
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SET LOCAL jit = off")
             cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")

@@ -24,34 +24,57 @@ NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
 HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
 START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
 # The claim (without flow keys due: durable_claim_v1's statement; with them, the flow
-# path's two: the choice of keys, and the claim from the keys chosen), and the next
-# due time.
+# path's walk of a queue's keys and its claim from the keys held), and the next due
+# time.
 CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*RETURN;")
-CLAIM_CHOOSE_QUERY = _statement(
-    CLAIM_FUNCTION, r"-- 1\. The choices.*?FROM \(\s+(WITH RECURSIVE.*?)\s+\) AS c;"
+_CLAIM_ROTATION = _statement(
+    CLAIM_FUNCTION, r"OPEN v_pairs FOR\s+(WITH RECURSIVE ahead.*?);\s+LOOP"
 )
-_CLAIM_FROM_CHOSEN = _statement(CLAIM_FUNCTION, r"-- 5\. The claim\.\s+RETURN QUERY\s+(.*?);\s*END")
+_CLAIM_FROM_KEYS = _statement(
+    CLAIM_FUNCTION, r"\n    -- 5\. The claim:.*?RETURN QUERY\s+(.*?);\s*END"
+)
+
+
+def _sql_array(values, type_: str) -> str:
+    items = ", ".join(
+        "NULL" if v is None else str(v) if isinstance(v, int) else "'" + v.replace("'", "''") + "'"
+        for v in values
+    )
+    return f"ARRAY[{items}]::{type_}[]"
+
+
+def claim_rotation_query(queue: str, level: int = 0, pointer: str = "") -> str:
+    """The flow path's walk of one queue's keys at one priority level, from its
+    pointer, for a plan (the function binds these as its loop's variables)."""
+    values = {
+        "v_queue.name": "'" + queue.replace("'", "''") + "'::text",
+        "v_level": str(level),
+        "v_queue.pointer": "'" + pointer.replace("'", "''") + "'::text",
+        "v_full": "'{}'::text[]",
+    }
+    return re.sub(r"\bv_queue\.\w+|\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_ROTATION)
 
 
 def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
     """The flow path's claim from the keys ``chosen`` ((queue, flow key, workflow),
-    None for a queue's runs without a flow key), its clock the statement's, for a plan
-    (the function passes the keys its step 2 chose as arrays)."""
-
-    def array(values, type_):
-        items = ", ".join("NULL" if v is None else "'" + v.replace("'", "''") + "'" for v in values)
-        return f"ARRAY[{items}]::{type_}[]"
-
+    None for a queue's runs without a flow key), one run of each, at priority 0, its
+    clock the statement's, for a plan (the function passes them as arrays)."""
     queues, keys, workflows = zip(*chosen, strict=True)
-    arrays = {
-        "v_queues": array(queues, "text"),
-        "v_keys": array(keys, "text"),
-        "v_workflows": array(workflows, "text"),
-        "v_turns": array([None] * len(chosen), "timestamptz"),
-        "v_taken": f"ARRAY[{', '.join(str(n) for n in range(1, len(chosen) + 1))}]::bigint[]",
+    n = len(chosen)
+    values = {
+        "v_queues": _sql_array(queues, "text"),
+        "v_keys": _sql_array(keys, "text"),
+        "v_workflows": _sql_array(workflows, "text"),
+        "v_levels": _sql_array([0] * n, "integer"),
+        "v_places": _sql_array(list(range(1, n + 1)), "integer"),
+        "v_allots": _sql_array([1] * n, "integer"),
+        "v_resumeds": _sql_array([None] * n, "integer"),
+        "v_capped": "'{}'::text[]",
+        "v_capped_room": "'{}'::integer[]",
+        "v_full": "'{}'::text[]",
         "v_now": "statement_timestamp()",
     }
-    return re.sub(r"\bv_\w+\b", lambda m: arrays[m.group(0)], _CLAIM_FROM_CHOSEN)
+    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_FROM_KEYS)
 
 
 NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")

@@ -1,7 +1,7 @@
 """PostgreSQL plans of the claim's flow path (durable_claim_v3 with flow-keyed runs
-due), both of its statements: the choice of keys finds each key's first due run, and
-the claim reads a chosen key's backlog up to the room its limits leave, through
-``durable_run_flow``; the runs without a flow key through ``durable_run_claim_no_flow``;
+due), its walk of a queue's keys and its claim from the keys it holds: the walk reads
+one entry per key of ``durable_run_flow_level``, the claim a key's share through an
+index of flow keys; the runs without a flow key through ``durable_run_claim_no_flow``;
 never by a scan of the table, even when the statistics say nearly every claimable run
 has a flow key (the plan that made the claim grow with a key's backlog)."""
 
@@ -41,22 +41,24 @@ def backlog(count: int, flow_key: str = "tenant:big") -> None:
 
 
 def flow_claim_plans() -> tuple[str, str]:
-    """The generic plans (the ones durable_claim_v3 keeps) of the flow path's two
-    statements, with the arguments of a real claim of the queue "flow": the choice of
-    keys, and the claim from both keys and the runs without one."""
+    """The generic plans (the ones durable_claim_v3 keeps) of the flow path's walk of
+    the queue "flow"'s keys and of its claim from both keys and the runs without one,
+    with the arguments of a real claim of that queue."""
     values = call_arguments(
         lambda: store.claim(
             worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
         ),
         "durable_claim_v3",
     )
-    choose = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_CHOOSE_QUERY, values, generic=True)
+    walk = explain_function(
+        plans.CLAIM_FUNCTION, plans.claim_rotation_query("flow"), values, generic=True
+    )
     chosen = [("flow", "tenant:big", "per_tenant"), ("flow", "tenant:small", "per_tenant"),
               ("flow", None, None)]  # fmt: skip
     claim = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_flow_query(chosen), values, generic=True
     )
-    return choose, claim
+    return walk, claim
 
 
 def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
@@ -67,8 +69,10 @@ def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-    for plan in flow_claim_plans():
-        assert "durable_run_flow" in plan, plan
+    walk, claim = flow_claim_plans()
+    assert "durable_run_flow_level" in walk, walk  # the keys in turns, level by level
+    assert "durable_run_flow" in claim, claim  # a key's share (either index of keys)
+    for plan in (walk, claim):
         assert "durable_run_claim_no_flow" in plan, plan
         assert not re.search(r"Seq Scan on durable_run\b", plan), plan
         # Never durable_run_claim: there the other key's runs sit behind the backlog.

@@ -1,8 +1,10 @@
-"""How concurrent claimers share the flow keys (durable_claim_v3, PostgreSQL): a
-claimer skips a key another claimer is claiming from instead of waiting for it; one
-that holds no key waits for the first it skipped and then counts what that claimer
-took; and during a rolling deploy a claimer of the previous release (durable_claim_v2,
-which serialises on the workflow's lock) and one of this release never count at once.
+"""How claimers share the flow keys (durable_claim_v3, PostgreSQL): a claimer skips
+a key another claimer is claiming from instead of waiting for it; one that holds no
+key waits for the first it skipped and then counts what that claimer took; during a
+rolling deploy a claimer of the previous release (durable_claim_v2, which serialises
+on the workflow's lock) and one of this release never count at once; and a claim
+reads about as many keys as it takes, in turns from where the last one stopped, across
+every queue it serves.
 
 Each claimer is a thread with its own connection; the one that holds its claim open
 does so inside a transaction (the key locks are the transaction's), and waits are
@@ -19,7 +21,7 @@ from django.db import connection, connections, transaction
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
-from tests.testapp.workflows_flow import OnePerTenant, Turns
+from tests.testapp.workflows_flow import OnePerTenant, PerTenant, Turns
 from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -181,3 +183,45 @@ def test_a_previous_release_claimer_and_this_one_never_count_at_once():
         old.release()
     assert new.result() == []
     assert Run.objects.filter(flow_key="tenant:mixed", status=Status.RUNNING).count() == 1
+
+
+def index_tuples_read() -> int:
+    """Index entries this database's backends have read through the indexes of flow
+    keys (durable_run_flow*), with this connection's own reads flushed first
+    (statistics are sent at a transaction's end)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes"
+            " WHERE indexrelname LIKE 'durable\\_run\\_flow%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_claim_reads_about_as_many_keys_as_it_takes_not_every_key():
+    """1,000 tenants with runs due: a claim of 4 walks the keys in turns from where
+    the previous claim stopped, reading a handful of index entries, where reading
+    every key with due runs would read at least 1,000."""
+    for tenant in range(1000):
+        durable.start(Turns, {"tenant": f"{tenant:04}"})
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+    claim(4, queues=("turns",))  # the session's plans are made: not measured
+    before = index_tuples_read()
+    got = claim(4, queues=("turns",))
+    read = index_tuples_read() - before
+    assert len(got) == 4
+    assert read < 60, read
+    # Turns: the next claim goes on after the keys this one took.
+    after = claim(4, queues=("turns",))
+    assert min(r.flow_key for r in after) > max(r.flow_key for r in got)
+
+
+def test_a_claim_of_several_queues_takes_turns_across_them_too():
+    for _ in range(4):
+        durable.start(PerTenant, {"tenant": "p"})
+        durable.start(Turns, {"tenant": "t"})
+    got = claim(2, queues=("flow", "turns"))
+    assert sorted(r.queue for r in got) == ["flow", "turns"]
