@@ -6,8 +6,9 @@ asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
   finishing them at once (what a worker of concurrency 4 does, without the steps):
   without flow keys, with flow keys (20 keys) and a limit never reached, at the limit
   (20 keys, ``concurrency_per_key = 1``), the unlimited claim of the same 20 keys,
-  and 2,000 keys (one run each) with a limit never reached. Blocks alternate, the median of ``--repeat`` is kept; with ``--compare``, each
-  case is also measured through an older claim function, its blocks interleaved.
+  and 2,000 keys (one run each) with a limit never reached. Blocks alternate, the
+  median of ``--repeat`` is kept; with ``--compare``, each case is also measured
+  through an older claim function, its blocks interleaved.
 - ``fairness``: a backlog of one key (1k / 10k / 100k due runs), then 10 runs of
   another, one thread claiming one run at a time: after how many claims each of the
   other key's runs began (p99 of the 10), and the claim's cost (median and p99 ms
@@ -225,8 +226,8 @@ def explain_claim(flow_limits, chosen, limit: int = 1) -> str:
         for number, (name, _type) in enumerate(arguments, 1):
             query = re.sub(rf"\b{name}\b", f"${number}", query)
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SET LOCAL jit = off")
-            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            for name, value in re.findall(r"^SET (\w+) = (\w+)$", create, re.M):
+                cursor.execute(f"SET LOCAL {name} = {value}")  # the function's settings
             cursor.execute(f"PREPARE flow_claim({types}) AS {query}")
             placeholders = ", ".join(["%s"] * len(values))
             cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE flow_claim({placeholders})", values)

@@ -68,7 +68,10 @@
 -- leave the claim with fewer runs, which the worker's next claim takes.
 --
 -- A function keeps the plan of its statements for the database session; "jit = off"
--- as for v1.
+-- as for v1. "enable_incremental_sort = off": a key's share is read in
+-- durable_run_flow's order; with 1M due runs of one key, the generic plan otherwise
+-- read another key's share through durable_run_claim (which gives the due order for
+-- an incremental sort), walking the backlog: 0.7 s a claim, 3 ms without.
 CREATE OR REPLACE FUNCTION durable_claim_v3(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
@@ -78,6 +81,7 @@ CREATE OR REPLACE FUNCTION durable_claim_v3(
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET jit = off
+SET enable_incremental_sort = off
 AS $claim$
 DECLARE
     v_flow boolean := false;
