@@ -127,27 +127,37 @@ def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
     assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
 
 
-def test_a_claimer_without_a_key_waits_for_the_one_it_skipped_and_counts_its_claims():
-    for _ in range(3):
-        durable.start(OnePerTenant, {"tenant": "only"})
-    held = HeldClaim(lambda: claim(1, worker="first"))
+def claim_behind(held_call, waiting_call) -> tuple[list, list]:
+    """``held_call`` claims in a transaction kept open; ``waiting_call`` claims on its
+    own connection, must be seen waiting for an advisory lock (pg_locks) while the
+    first holds its locks, and returns once the first commits: what each claimed."""
+    held = HeldClaim(held_call)
     held.start()
     assert held.ready.wait(DEADLINE)
-    assert len(held.claimed) == 1
-    second = Claimer(lambda: claim(4, worker="second"))
+    waiting = Claimer(waiting_call)
     try:
-        second.start()
-        # The only key is held: the second claimer waits for it (it would otherwise
-        # come back empty while runs are due)...
+        waiting.start()
         wait_until(
-            lambda: second.pid is not None and waits_for_a_lock(second.pid),
+            lambda: waiting.pid is not None and waits_for_a_lock(waiting.pid),
             DEADLINE,
-            "the second claimer to wait for the key",
+            "the second claimer to wait for the first's lock",
         )
     finally:
         held.release()
-    # ...and, once the first committed, counts its running run: the key is full.
-    assert second.result() == []
+    return held.claimed, waiting.result()
+
+
+def test_a_claimer_without_a_key_waits_for_the_one_it_skipped_and_counts_its_claims():
+    """The only key is held: the second claimer waits for it (it would otherwise come
+    back empty while runs are due), and once the first committed it counts that one's
+    running run: the key is full."""
+    for _ in range(3):
+        durable.start(OnePerTenant, {"tenant": "only"})
+    first, second = claim_behind(
+        lambda: claim(1, worker="first"), lambda: claim(4, worker="second")
+    )
+    assert len(first) == 1
+    assert second == []
     assert Run.objects.filter(flow_key="tenant:only", status=Status.RUNNING).count() == 1
 
 
@@ -167,21 +177,9 @@ def test_a_previous_release_claimer_and_this_one_never_count_at_once():
             )
             return cursor.fetchall()
 
-    old = HeldClaim(claim_v2)
-    old.start()
-    assert old.ready.wait(DEADLINE)
-    assert len(old.claimed) == 1
-    new = Claimer(lambda: claim(4, worker="new-release"))
-    try:
-        new.start()
-        wait_until(
-            lambda: new.pid is not None and waits_for_a_lock(new.pid),
-            DEADLINE,
-            "the new release's claimer to wait for the old one's lock",
-        )
-    finally:
-        old.release()
-    assert new.result() == []
+    old, new = claim_behind(claim_v2, lambda: claim(4, worker="new-release"))
+    assert len(old) == 1
+    assert new == []
     assert Run.objects.filter(flow_key="tenant:mixed", status=Status.RUNNING).count() == 1
 
 
