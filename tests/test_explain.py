@@ -20,6 +20,7 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.store.functions import CURRENT
 from tests import plans
 from tests.plans import explain, explain_function, explain_prepared
 
@@ -124,7 +125,7 @@ def call_arguments(fn, function: str) -> list:
 
 
 def start_arguments(fn) -> list:
-    return call_arguments(fn, "durable_start_v2")
+    return call_arguments(fn, CURRENT["durable_start"])
 
 
 def claim_plan(queues, *, generic: bool) -> str:
@@ -133,7 +134,7 @@ def claim_plan(queues, *, generic: bool) -> str:
         lambda: store.claim(
             worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
         ),
-        "durable_claim_v2",
+        CURRENT["durable_claim"],
     )
     return explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, values, generic=generic)
 

@@ -48,7 +48,7 @@ def flow_claim_plans() -> tuple[str, str]:
         lambda: store.claim(
             worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
         ),
-        "durable_claim_v3",
+        plans.CURRENT["durable_claim"],
     )
     walk = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_rotation_query("flow"), values, generic=True
