@@ -92,6 +92,7 @@ DECLARE
     v_level integer;
     v_pos integer;
     v_limit integer;
+    -- A key's name in the counts and in its advisory lock: length:workflow:flow key.
     v_id text;
     v_b integer;
     -- The counts read before the loop (step 2's filter): running runs per key of a
@@ -119,8 +120,7 @@ DECLARE
     -- Each queue's room left, the first key skipped, and whether it was waited for.
     v_room_queues text[] := '{}';
     v_room_left integer[] := '{}';
-    v_skipped_key text;
-    v_skipped_workflow text;
+    v_skipped_id text;
     v_waited boolean := false;
     -- Step 3: the keys in order, each one's share, and the loop's state.
     v_order integer[];
@@ -414,12 +414,12 @@ RETURNING durable_run.*;
                                            OR v_row.workflow = ANY (p_workflows::text[])
                                            OR v_row.workflow LIKE ANY (p_prefixes::text[]));
                         CONTINUE WHEN v_row.workflow = ANY (v_full);
+                        v_id := length(v_row.workflow) || ':' || v_row.workflow || ':'
+                                || v_row.flow_key;
                         -- At a limit by the counts read before the loop? (They only
                         -- leave keys out; step 3 counts again after the locks.)
                         v_limit := array_position(p_flow_workflows::text[], v_row.workflow);
                         IF v_limit IS NOT NULL THEN
-                            v_id := length(v_row.workflow) || ':' || v_row.workflow || ':'
-                                    || v_row.flow_key;
                             v_b := array_position(v_busy_keys, v_id);
                             CONTINUE WHEN p_key_caps[v_limit] <= v_busy_n[v_b];
                             v_b := array_position(v_begun_keys, v_id);
@@ -437,13 +437,9 @@ RETURNING durable_run.*;
                                       AND r.started_at IS NOT NULL);
                             END IF;
                         END IF;
-                        IF NOT pg_try_advisory_xact_lock(hashtextextended(
-                               'django_durable.flow_key:' || length(v_row.workflow) || ':'
-                               || v_row.workflow || ':' || v_row.flow_key, 0)) THEN
-                            IF v_skipped_key IS NULL THEN
-                                v_skipped_key := v_row.flow_key;
-                                v_skipped_workflow := v_row.workflow;
-                            END IF;
+                        IF NOT pg_try_advisory_xact_lock(
+                               hashtextextended('django_durable.flow_key:' || v_id, 0)) THEN
+                            v_skipped_id := coalesce(v_skipped_id, v_id);
                             CONTINUE;
                         END IF;
                     END IF;
@@ -459,14 +455,12 @@ RETURNING durable_run.*;
                 EXIT WHEN v_pos >= v_queue.room;
             END LOOP;
         END LOOP;
-        EXIT WHEN cardinality(v_queues) > 0 OR v_skipped_key IS NULL OR v_waited;
+        EXIT WHEN cardinality(v_queues) > 0 OR v_skipped_id IS NULL OR v_waited;
         -- No key held: wait for the first one skipped, then read again (trying it
         -- again then succeeds: the lock is this transaction's).
-        PERFORM pg_advisory_xact_lock(hashtextextended(
-            'django_durable.flow_key:' || length(v_skipped_workflow) || ':'
-            || v_skipped_workflow || ':' || v_skipped_key, 0));
+        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.flow_key:' || v_skipped_id, 0));
         v_waited := true;
-        v_skipped_key := NULL;
+        v_skipped_id := NULL;
         v_room_queues := '{}';
         v_room_left := '{}';
     END LOOP;
