@@ -4,7 +4,7 @@ across flow keys, the key claimed least recently first, not oldest first.
 
 One row per (queue, flow key) that was ever claimed from (runs without a flow key
 share the row of ``""``: they take their turns as one key); the claim writes it
-(durable_claim_v3 on PostgreSQL, store/flow.py on SQLite), the worker's pruning
+(durable_claim_v4 on PostgreSQL, store/flow.py on SQLite), the worker's pruning
 deletes the rows of keys idle for a day (store/pruning.py). It holds no limit and no
 count: a lost row only makes its key's next turn come first.
 """
@@ -33,7 +33,7 @@ class FlowTurn(models.Model):
         ]
         indexes = [
             # A queue's pointer on PostgreSQL: the key its last claim took last
-            # (durable_claim_v3 reads the newest row).
+            # (durable_claim_v4 reads the newest row).
             models.Index(fields=["queue", "claimed_at"], name="durable_flow_turn_last"),
         ]
 
@@ -46,7 +46,7 @@ class FlowTurn(models.Model):
 # module, so not from there).
 CLAIMABLE = ("pending", "waiting", "compensating")
 RUN_FLOW_INDEXES = [
-    # The claim with flow keys (durable_claim_v3): a queue's (flow key,
+    # The claim with flow keys (durable_claim_v4): a queue's (flow key,
     # workflow) pairs by a loose index scan, each pair's due runs in order. The id
     # last: the claim orders by it too, which durable_run_claim cannot give, so even
     # the generic plan of a key holding nearly every run reads this index, never
@@ -56,7 +56,7 @@ RUN_FLOW_INDEXES = [
         condition=Q(status__in=CLAIMABLE, due_at__isnull=False, flow_key__isnull=False),
         name="durable_run_flow",
     ),
-    # The claim with flow keys (durable_claim_v3), level by level: the (flow key,
+    # The claim with flow keys (durable_claim_v4), level by level: the (flow key,
     # workflow) pairs with claimable runs of one priority, by a loose index scan from
     # the queue's pointer, and a pair's due runs at that priority in order.
     models.Index(
@@ -78,5 +78,17 @@ RUN_FLOW_INDEXES = [
         fields=["workflow", "flow_key", "started_at"],
         condition=Q(flow_key__isnull=False, started_at__isnull=False),
         name="durable_run_flow_begun",
+    ),
+    # A flow key's running runs (concurrency_per_key), counted by the claim for each
+    # key it takes (durable_key_running_v1): one index range per key, however many
+    # runs other keys hold (durable_run_lease holds them all, without the key).
+    models.Index(
+        fields=["workflow", "flow_key"],
+        condition=Q(
+            flow_key__isnull=False,
+            status__in=("running", "compensating"),
+            lease_expires_at__isnull=False,
+        ),
+        name="durable_run_flow_busy",
     ),
 ]

@@ -24,11 +24,20 @@ NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
 HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
 START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
 # The claim (without flow keys due: durable_claim_v1's statement; with them, the flow
-# path's walk of a queue's keys and its claim from the keys held), and the next due
-# time.
+# path's claim in one statement, its walk of a queue's keys level by level, and its
+# claim from the keys held), and the next due time.
 CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*RETURN;")
-_CLAIM_ROTATION = _statement(
-    CLAIM_FUNCTION, r"OPEN v_pairs FOR\s+(WITH RECURSIVE ahead.*?);\s+LOOP"
+_CLAIM_ONE_STATEMENT = _statement(
+    CLAIM_FUNCTION,
+    r"RETURN QUERY\s+(WITH RECURSIVE queue\(room, pointer\).*?RETURNING durable_run\.\*);",
+)
+# (Its INTO clause is PL/pgSQL's, not SQL's.)
+_CLAIM_WALK = re.sub(
+    r"\n\s*INTO v_level, [^\n]*",
+    "",
+    _statement(
+        CLAIM_FUNCTION, r"\n    -- 3\. The keys, per queue.*?(WITH RECURSIVE queue.*?\) AS got);"
+    ),
 )
 _CLAIM_FROM_KEYS = _statement(
     CLAIM_FUNCTION, r"\n    -- 5\. The claim:.*?RETURN QUERY\s+(.*?);\s*END"
@@ -43,16 +52,30 @@ def _sql_array(values, type_: str) -> str:
     return f"ARRAY[{items}]::{type_}[]"
 
 
-def claim_rotation_query(queue: str, level: int = 0, pointer: str = "") -> str:
-    """The flow path's walk of one queue's keys at one priority level, from its
-    pointer, for a plan (the function binds these as its loop's variables)."""
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'::text"
+
+
+def claim_one_statement_query(queue: str) -> str:
+    """The flow path's claim in one statement (step 2), of the queue ``queue``, for a
+    plan (the function binds the queue as its variable)."""
+    return re.sub(r"\bv_name\b", _text(queue), _CLAIM_ONE_STATEMENT)
+
+
+def claim_walk_query(queue: str, pointer: str = "") -> str:
+    """The flow path's walk of one queue's keys at its highest priority level, from
+    its pointer, trying each key's lock (step 3), for a plan (the function binds these
+    as its loop's variables)."""
     values = {
-        "v_queue.name": "'" + queue.replace("'", "''") + "'::text",
-        "v_level": str(level),
-        "v_queue.pointer": "'" + pointer.replace("'", "''") + "'::text",
+        "v_name": _text(queue),
+        "v_bound": "2147483647",
+        "v_room": "NULL::integer",
+        "v_pointer": _text(pointer),
+        "v_pos": "0",
+        "v_probing": "false",
         "v_full": "'{}'::text[]",
     }
-    return re.sub(r"\bv_queue\.\w+|\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_ROTATION)
+    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_WALK)
 
 
 def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:

@@ -1,9 +1,11 @@
-"""PostgreSQL plans of the claim's flow path (durable_claim_v3 with flow-keyed runs
-due), its walk of a queue's keys and its claim from the keys it holds: the walk reads
-one entry per key of ``durable_run_flow_level``, the claim a key's share through an
-index of flow keys; the runs without a flow key through ``durable_run_claim_no_flow``;
-never by a scan of the table, even when the statistics say nearly every claimable run
-has a flow key (the plan that made the claim grow with a key's backlog)."""
+"""PostgreSQL plans of the claim's flow path (the current durable_claim with
+flow-keyed runs due): its claim in one statement, its walk of a queue's keys level by
+level and its claim from the keys it holds. The walks read one entry per key of
+``durable_run_flow_level``, the claim a key's share through an index of flow keys, the
+runs without a flow key ``durable_run_claim_no_flow``; ``durable_run_claim`` only for
+the queue's highest priority level (its first entry); never a scan of the table, even
+when the statistics say nearly every claimable run has a flow key (the plan that made
+the claim grow with a key's backlog)."""
 
 import re
 import uuid
@@ -24,7 +26,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 BACKLOG = 5_000
 
 
-def backlog(count: int, flow_key: str = "tenant:big") -> None:
+def backlog(count: int, flow_key: str = "tenant:big", priority: int = 0) -> None:
     at = timezone.now() - timedelta(minutes=5)
     Run.objects.bulk_create(
         Run(
@@ -33,6 +35,7 @@ def backlog(count: int, flow_key: str = "tenant:big") -> None:
             queue="flow",
             status=Status.PENDING,
             flow_key=flow_key,
+            priority=priority,
             due_at=at + timedelta(milliseconds=n),
             created_at=at,
         )
@@ -40,40 +43,47 @@ def backlog(count: int, flow_key: str = "tenant:big") -> None:
     )
 
 
-def flow_claim_plans() -> tuple[str, str]:
-    """The generic plans (the ones durable_claim_v3 keeps) of the flow path's walk of
-    the queue "flow"'s keys and of its claim from both keys and the runs without one,
-    with the arguments of a real claim of that queue."""
+def flow_claim_plans() -> tuple[str, str, str]:
+    """The generic plans (the ones the function keeps) of the flow path's claim in one
+    statement, its walk of the queue "flow"'s keys and its claim from both keys and
+    the runs without one, with the arguments of a real claim of that queue."""
     values = call_arguments(
         lambda: store.claim(
             worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
         ),
         plans.CURRENT["durable_claim"],
     )
+    one = explain_function(
+        plans.CLAIM_FUNCTION, plans.claim_one_statement_query("flow"), values, generic=True
+    )
     walk = explain_function(
-        plans.CLAIM_FUNCTION, plans.claim_rotation_query("flow"), values, generic=True
+        plans.CLAIM_FUNCTION, plans.claim_walk_query("flow"), values, generic=True
     )
     chosen = [("flow", "tenant:big", "per_tenant"), ("flow", "tenant:small", "per_tenant"),
               ("flow", None, None)]  # fmt: skip
     claim = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_flow_query(chosen), values, generic=True
     )
-    return walk, claim
+    return one, walk, claim
 
 
 def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
     backlog(BACKLOG)
     backlog(10, "tenant:small")
+    backlog(500, "tenant:big", priority=5)  # a second priority level, above
     Run.objects.create(
         workflow="per_tenant", queue="flow", status=Status.PENDING, due_at=timezone.now()
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-    walk, claim = flow_claim_plans()
-    assert "durable_run_flow_level" in walk, walk  # the keys in turns, level by level
+    one, walk, claim = flow_claim_plans()
+    for plan in (one, walk):
+        assert "durable_run_flow_level" in plan, plan  # the keys in turns, level by level
+        # durable_run_claim once: the highest level's first due run.
+        assert len(re.findall(r"using durable_run_claim on durable_run\b", plan)) == 1, plan
+    assert "durable_run_pkey" in one, one  # each key's run, by the id the walk read
     assert "durable_run_flow" in claim, claim  # a key's share (either index of keys)
-    for plan in (walk, claim):
+    assert not re.search(r"using durable_run_claim on durable_run\b", claim), claim
+    for plan in (one, walk, claim):
         assert "durable_run_claim_no_flow" in plan, plan
         assert not re.search(r"Seq Scan on durable_run\b", plan), plan
-        # Never durable_run_claim: there the other key's runs sit behind the backlog.
-        assert not re.search(r"using durable_run_claim on durable_run r(_\d+)?\b", plan), plan

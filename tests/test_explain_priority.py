@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.store.functions import CURRENT
 from tests.plans import FUNCTION_QUERIES, explain, explain_function
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -93,12 +94,12 @@ def test_the_next_due_time_is_found_priority_by_priority(backlog):
     )
 
 
-@pytest.mark.parametrize("name", ["durable_claim_v3", "durable_next_due_at_v1"])
+@pytest.mark.parametrize("name", [CURRENT["durable_claim"], CURRENT["durable_next_due_at"]])
 def test_the_claim_and_the_next_due_time_are_never_compiled_by_jit(backlog, name):
     """Their generic plans do not know how many runs are wanted, so they estimate a
     backlog's worth: a cost above jit_above_cost. Each function turns JIT off for
     itself; compiling at every call cost hundreds of milliseconds a claim."""
-    if name == "durable_claim_v3":
+    if name == CURRENT["durable_claim"]:
         values = [None, 10, [], [], None, [], "explain", timedelta(minutes=1), [], [], [], [], []]
     else:
         values = [None, 1, [], []]

@@ -1,10 +1,11 @@
-"""How claimers share the flow keys (durable_claim_v3, PostgreSQL): a claimer skips
-a key another claimer is claiming from instead of waiting for it; one that holds no
-key waits for the first it skipped and then counts what that claimer took; during a
-rolling deploy a claimer of the previous release (durable_claim_v2, which serialises
-on the workflow's lock) and one of this release never count at once; and a claim
-reads about as many keys as it takes, in turns from where the last one stopped, across
-every queue it serves.
+"""How claimers share the flow keys (the current durable_claim, PostgreSQL): a
+claimer skips a key another claimer is claiming from instead of waiting for it; one
+that holds no key waits for the first it skipped and then counts what that claimer
+took; a key's running runs are counted on a snapshot taken after its lock; during a
+rolling deploy a claimer of a previous release (durable_claim_v2, which serialises on
+the workflow's lock, or durable_claim_v3) and one of this release never count at once;
+and a claim reads about as many keys as it takes, in turns from where the last one
+stopped, across every queue it serves.
 
 Each claimer is a thread with its own connection; the one that holds its claim open
 does so inside a transaction (the key locks are the transaction's), and waits are
@@ -161,26 +162,64 @@ def test_a_claimer_without_a_key_waits_for_the_one_it_skipped_and_counts_its_cla
     assert Run.objects.filter(flow_key="tenant:only", status=Status.RUNNING).count() == 1
 
 
-def test_a_previous_release_claimer_and_this_one_never_count_at_once():
-    """durable_claim_v2 (the previous release) takes the limited workflow's lock
-    exclusive; this release's claim takes it shared, so it waits for v2's commit and
-    then counts the run v2 claimed: the limit of one per key holds across both."""
+CALL_ARGUMENTS = (
+    "(ARRAY['flow'], 4, '{}', '{}', NULL, '{}', 'old-release', interval '1 minute',"
+    " ARRAY['one_per_tenant'], ARRAY[1], ARRAY[NULL]::integer[], ARRAY[NULL]::integer[],"
+    " ARRAY[NULL]::interval[])"
+)
+
+
+@pytest.mark.parametrize("previous", ["durable_claim_v2", "durable_claim_v3"])
+def test_a_previous_release_claimer_and_this_one_never_count_at_once(previous):
+    """During a rolling deploy: durable_claim_v2 takes the limited workflow's lock
+    exclusive, which this release takes shared; durable_claim_v3 takes each key's
+    lock, as this release does. Either way this release's claim waits for the older
+    one's commit and then counts the run it claimed: the limit of one per key holds
+    across both."""
     for _ in range(2):
         durable.start(OnePerTenant, {"tenant": "mixed"})
 
-    def claim_v2():
+    def claim_previous():
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT id FROM durable_claim_v2(ARRAY['flow'], 4, '{}', '{}', NULL, '{}',"
-                " 'old-release', interval '1 minute', ARRAY['one_per_tenant'], ARRAY[1],"
-                " ARRAY[NULL]::integer[], ARRAY[NULL]::integer[], ARRAY[NULL]::interval[])"
-            )
+            cursor.execute(f"SELECT id FROM {previous}{CALL_ARGUMENTS}")
             return cursor.fetchall()
 
-    old, new = claim_behind(claim_v2, lambda: claim(4, worker="new-release"))
+    old, new = claim_behind(claim_previous, lambda: claim(4, worker="new-release"))
     assert len(old) == 1
     assert new == []
     assert Run.objects.filter(flow_key="tenant:mixed", status=Status.RUNNING).count() == 1
+
+
+def test_a_key_is_counted_on_a_snapshot_taken_after_its_lock():
+    """What the claim in one statement rests on: durable_key_running_v1, called by a
+    statement after it waited for a lock, counts the run another claimer committed
+    meanwhile, which the statement's own snapshot (taken before the wait) does not
+    see. Here the statement waits on an advisory lock the other claimer holds while
+    it claims the key's run."""
+    durable.start(OnePerTenant, {"tenant": "late"})
+    count = (
+        "(SELECT count(*) FROM durable_run WHERE flow_key = 'tenant:late'"
+        " AND status IN ('running', 'compensating') AND lease_expires_at IS NOT NULL)"
+    )
+
+    def lock_and_claim():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended('test.late', 0))")
+        return claim(1, worker="first")
+
+    def count_after_the_lock():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT waited.stale, durable_key_running_v1('one_per_tenant', 'tenant:late', 10)"
+                f" FROM (SELECT {count} AS stale,"
+                " pg_advisory_xact_lock(hashtextextended('test.late', 0)) AS lock"
+                " OFFSET 0) AS waited"
+            )
+            return cursor.fetchone()
+
+    [first], (stale, fresh) = claim_behind(lock_and_claim, count_after_the_lock)
+    assert first.flow_key == "tenant:late"
+    assert (stale, fresh) == (0, 1)
 
 
 def index_tuples_read() -> int:

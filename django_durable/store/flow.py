@@ -3,10 +3,10 @@ the claim takes them, and the turns a claim gave where the engine's CLAIM does n
 record them itself.
 
 The statements are the engine's (store/engines): on PostgreSQL the whole of it is in
-durable_claim_v3 (its file in migrations/sql says how the limits stay exact across
+durable_claim_v4 (its file in migrations/sql says how the limits stay exact across
 workers: a lock per flow key, tried without waiting, and one per workflow with a
-workflow-wide limit, then a fresh snapshot, in one round trip; the turns in the same
-statement). SQLite serialises writers, so its CLAIM
+workflow-wide limit, then a count on a snapshot taken after the lock, in one round
+trip; the turns in the same statement). SQLite serialises writers, so its CLAIM
 counts and claims in one UPDATE; the turns it gave go in after it (TAKE_TURNS), only
 when it claimed a run with a flow key. Turns only order the claims (no limit depends
 on them), so they need no transaction with it.

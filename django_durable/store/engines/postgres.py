@@ -205,12 +205,13 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || n
 FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limited
 """
 
-# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v3 (its
+# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v4 (its
 # .sql file says how: the queues served, their room, the runs picked through
 # durable_run_claim with FOR UPDATE SKIP LOCKED; with flow-keyed runs due, the
 # flow limits, the keys no other claimer holds (an advisory lock per key, tried
-# without waiting) and turns across flow keys through durable_run_flow,
-# durable_run_claim_no_flow and durable_flow_turn; the flow parameters are
+# without waiting, each key's running runs counted by durable_key_running_v1) and
+# turns across flow keys through durable_run_flow_level, durable_run_claim_no_flow and
+# durable_flow_turn; the flow parameters are
 # flow_params'). The claimed runs' columns, named
 # in the model's order (``store.base.RUN_ATTNAMES``; a test compares them): the
 # table's own order is not the model's on every database (``SELECT *`` would give it).
@@ -220,7 +221,7 @@ SELECT id, workflow, queue, status, priority, input, context, result, error, "ke
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
     rerun_of_id, rerun_from_step, inputs, flow_key
-FROM durable_claim_v3(
+FROM durable_claim_v4(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
     %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval,
     %(flow_workflows)s::text[], %(key_caps)s::integer[], %(flow_caps)s::integer[],
@@ -228,7 +229,7 @@ FROM durable_claim_v3(
 )
 """
 
-# None: durable_claim_v3 records the turns it gave in the claim's statement.
+# None: durable_claim_v4 records the turns it gave in the claim's statement.
 TAKE_TURNS = None
 
 # When the next claimable run of the open queues is due, for an idle worker's wait:

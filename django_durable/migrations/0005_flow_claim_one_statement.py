@@ -1,0 +1,66 @@
+"""The claim with flow keys in one statement where it can be (docs/flow-control.md):
+``durable_claim_v4``, on PostgreSQL, with ``durable_key_running_v1`` and the index it
+reads, ``durable_run_flow_busy``.
+
+v3 read the keys it would take in one statement and claimed their runs in a second,
+whose newer snapshot made the count of each key's running runs exact. v4 takes a
+key's first due run in the statement that walks the keys, once it holds the key's
+lock, and counts the key's running runs with ``durable_key_running_v1``: a volatile
+function takes its own snapshot, after the lock, so the count stays exact inside the
+one statement. The steps of v3 stay for what one statement cannot do (more than one
+run per key, several queues, rates, workflow-wide limits). The file in ``sql/`` says
+how.
+
+Expand, not replace: ``durable_claim_v3``, ``_v2`` and ``_v1`` stay, so the previous
+releases' processes keep claiming during a rolling deploy. v4 takes the same locks as
+v3 (each key's lock, each limited workflow's lock shared or exclusive), so v3 and v4
+claimers never count a key at once, nor v2 and v4 a workflow. Frozen like every
+migration: it imports nothing from django_durable, and the functions' text is read
+from ``sql/`` by file name.
+"""
+
+from pathlib import Path
+
+from django.db import migrations, models
+
+SQL = Path(__file__).resolve().parent / "sql"
+# durable_key_running_v1 first: durable_claim_v4 calls it.
+FUNCTIONS = ["durable_key_running_v1", "durable_claim_v4"]
+
+
+def create_functions(apps, schema_editor):
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    with schema_editor.connection.cursor() as cursor:
+        for name in FUNCTIONS:
+            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
+
+
+def drop_functions(apps, schema_editor):
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    for name in reversed(FUNCTIONS):
+        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("django_durable", "0004_flow_claim_by_key"),
+    ]
+
+    operations = [
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("flow_key__isnull", False),
+                    ("lease_expires_at__isnull", False),
+                    ("status__in", ("running", "compensating")),
+                ),
+                fields=["workflow", "flow_key"],
+                name="durable_run_flow_busy",
+            ),
+        ),
+        # After the index: durable_key_running_v1 reads it.
+        migrations.RunPython(create_functions, drop_functions, elidable=False),
+    ]
