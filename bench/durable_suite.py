@@ -31,9 +31,18 @@ from bench.workflows import BenchKeyed  # noqa: E402
 from django_durable.models import Run, StepAttempt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_METRICS = ["worker_c1", "worker_c4", "worker1_c4", "worker_c4_logged", "worker_c4_backlog"]
+WORKER_METRICS = [
+    "worker_c1",
+    "worker_c4",
+    "worker1_c4",
+    "worker_c4_logged",
+    "worker_c4_backlog",
+    "worker_c4_flow",
+]
 LATENCY_METRICS = ["latency_p50_ms", "latency_p99_ms"]
 BACKLOG = 50_000
+# worker_c4_flow: the flow keys its runs are spread over (docs/flow-control.md).
+FLOW_KEYS = 20
 
 
 def truncate() -> None:
@@ -145,28 +154,35 @@ def worker_command(*extra: str, verbosity: int = 0) -> list[str]:
     ]
 
 
-def enqueue(workflow: str, n: int, queue: str = "default") -> None:
-    """Insert ``n`` due runs at once (the setup, not what is measured)."""
+def enqueue(workflow: str, n: int, queue: str = "default", flow_keys: int = 0) -> None:
+    """Insert ``n`` due runs at once (the setup, not what is measured); with
+    ``flow_keys``, run ``i``'s flow key is ``tenant:<i mod flow_keys>``."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
             INSERT INTO durable_run (id, workflow, queue, status, input, context, holds_key,
-                step_index, attempt, due_at, state, fence, created_at)
+                step_index, attempt, due_at, state, fence, created_at, flow_key)
             SELECT gen_random_uuid(), %s, %s, 'pending', jsonb_build_object('i', g), '{}',
-                false, 0, 1, now(), '{}', 0, now()
+                false, 0, 1, now(), '{}', 0, now(),
+                CASE WHEN %s > 0 THEN 'tenant:' || (g %% %s) END
             FROM generate_series(1, %s) AS g
             """,
-            [workflow, queue, n],
+            [workflow, queue, flow_keys, max(flow_keys, 1), n],
         )
         cursor.execute("ANALYZE durable_run")
 
 
 def run_worker_burst(
-    workflow: str, n: int, concurrency: int, queues: str | None = None, verbosity: int = 0
+    workflow: str,
+    n: int,
+    concurrency: int,
+    queues: str | None = None,
+    verbosity: int = 0,
+    flow_keys: int = 0,
 ) -> float:
     """Run ``n`` runs of ``workflow`` through one burst worker; runs/s from the first
     claim to the last completion, both read from the database."""
-    enqueue(workflow, n)
+    enqueue(workflow, n, flow_keys=flow_keys)
     command = worker_command("--concurrency", str(concurrency), "--burst", verbosity=verbosity)
     if queues:
         command += ["--queues", queues]
@@ -214,6 +230,18 @@ def workers(results: Results, args, n: int) -> None:
             lambda: results.add(
                 "worker_c4_logged",
                 run_worker_burst("bench_two_steps", n, 4, verbosity=1),
+                "runs/s",
+            ),
+        )
+    if wanted(args, "worker_c4_flow"):
+        # worker_c4 with flow control: the same two steps, each run with one of 20
+        # flow keys and a per-key limit never reached (BenchFlowed), so every claim
+        # takes the flow path and counts each key it takes.
+        results.measure(
+            ["worker_c4_flow"],
+            lambda: results.add(
+                "worker_c4_flow",
+                run_worker_burst("bench_flowed", n, 4, flow_keys=FLOW_KEYS),
                 "runs/s",
             ),
         )

@@ -12,8 +12,8 @@ asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
 - ``fairness``: a backlog of one key (1k / 10k / 100k due runs), then 10 runs of
   another, one thread claiming one run at a time: after how many claims each of the
   other key's runs began (p99 of the 10), and the claim's cost (median and p99 ms
-  over the first 100 claims, the claim alone), with the EXPLAIN ANALYZE of the claim's
-  walk of the keys and of its claim at that backlog.
+  over the first 100 claims, the claim alone), with the EXPLAIN ANALYZE of the claim
+  (its one statement) at that backlog.
 
     python -m bench.flow_suite [--repeat 3] [--runs 2000] [--backlogs 1000,10000,100000]
                                [--compare durable_claim_v2]
@@ -174,44 +174,22 @@ def claims(args) -> dict[str, float]:
     return {name: statistics.median(rates) for name, rates in seen.items()}
 
 
-def explain_claim(flow_limits, chosen, limit: int = 1) -> str:
-    """EXPLAIN ANALYZE of the flow path's two main statements (the current
-    durable_claim's, their generic plans as the function keeps them), for a claim of
-    ``limit`` runs of the queue "flow": its walk of the queue's keys at priority 0 from
-    the start, then its claim of one run from each of ``chosen`` ((flow key,
-    workflow) pairs of that queue)."""
+def explain_claim(flow_limits, limit: int = 1) -> str:
+    """EXPLAIN ANALYZE of the flow path's claim in one statement (the current
+    durable_claim's step 2, its generic plan as the function keeps it), for a claim of
+    ``limit`` runs of the queue "flow": its walk of the queue's keys from its pointer
+    and its claim of each key's first due run. Rolled back."""
     from django.db import connection, transaction
 
     from django_durable.store.functions import CURRENT, definition
 
     create = definition(CURRENT["durable_claim"])
-    walk = re.search(r"OPEN v_pairs FOR\s+(WITH RECURSIVE ahead.*?);\s+LOOP", create, re.S)
-    claim = re.search(r"\n    -- 5\. The claim:.*?RETURN QUERY\s+(.*?);\s*END", create, re.S)
-
-    def array(values, type_):
-        return f"ARRAY[{', '.join(values)}]::{type_}[]"
-
-    n = len(chosen)
-    variables = {
-        "v_queue.name": "'flow'::text",
-        "v_queue.pointer": "''::text",
-        "v_level": "0",
-        "v_queues": array(["'flow'"] * n, "text"),
-        "v_keys": array([f"'{key}'" for key, _ in chosen], "text"),
-        "v_workflows": array([f"'{workflow}'" for _, workflow in chosen], "text"),
-        "v_levels": array(["0"] * n, "integer"),
-        "v_places": array([str(i + 1) for i in range(n)], "integer"),
-        "v_allots": array(["1"] * n, "integer"),
-        "v_resumeds": array(["NULL"] * n, "integer"),
-        "v_capped": "'{}'::text[]",
-        "v_capped_room": "'{}'::integer[]",
-        "v_full": "'{}'::text[]",
-        "v_now": "statement_timestamp()",
-    }
-    statements = [
-        re.sub(r"\bv_queue\.\w+|\bv_\w+\b", lambda m: variables[m.group(0)], found.group(1))
-        for found in (walk, claim)
-    ]
+    found = re.search(
+        r"RETURN QUERY\s+(WITH RECURSIVE queue\(room, pointer\).*?RETURNING durable_run\.\*);",
+        create,
+        re.S,
+    )
+    statements = [re.sub(r"\bv_name\b", "'flow'::text", found.group(1))]
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
     types = ", ".join(type_ for _name, type_ in arguments)
@@ -242,7 +220,7 @@ def fairness(backlog: int) -> dict:
     fill(backlog, keys=1, prefix="big:")
     fill(10, keys=1, prefix="small:", shift="59 minutes")  # due after the whole backlog
     flow_limits = limits(10_000)
-    plan = explain_claim(flow_limits, [("small:0", "flowed"), ("big:0", "flowed")])
+    plan = explain_claim(flow_limits)
     costs, picked_at = [], []
     for n in range(1, CLAIMS + 1):
         [run] = claim_and_finish(1, flow_limits, "fair", costs)

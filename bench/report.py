@@ -20,6 +20,7 @@ SUITE_METRICS = {
         "worker1_c4",
         "worker_c4_logged",
         "worker_c4_backlog",
+        "worker_c4_flow",
         "latency_p50_ms",
         "latency_p99_ms",
     ],
@@ -74,6 +75,7 @@ RAW = {
     "worker1_c4": "raw_cycle_c4",
     "worker_c4_logged": "raw_cycle_c4",
     "worker_c4_backlog": "raw_cycle_c4",
+    "worker_c4_flow": "raw_cycle_c4",
     "procrastinate_defer_lock": "raw_insert",
     "procrastinate_duplicate": "raw_insert",
     "procrastinate_worker_c4": "raw_cycle_c4",
@@ -99,6 +101,7 @@ PEERS = {
     "worker1_c4": WORKERS,
     "worker_c4_logged": WORKERS,
     "worker_c4_backlog": WORKERS,
+    "worker_c4_flow": WORKERS,
     "latency_p50_ms": ["procrastinate_latency_p50_ms"],
     "start_many_new_key": ["pgqueuer_enqueue_batch", "procrastinate_batch_defer"],
 }
@@ -136,6 +139,9 @@ TARGETS = [
     ("worker_c4", 1.5, "procrastinate_worker_c4"),
     ("worker1_c4", 0.5, "pgqueuer_worker"),
     ("worker_c4_backlog", 0.8, "worker_c4"),
+    # Flow control's claim (20 flow keys, a per-key limit never reached) in a worker,
+    # beside the same worker without flow keys.
+    ("worker_c4_flow", 0.9, "worker_c4"),
     ("start_many_new_key", 5.0, "start_new_key"),
     ("latency_p50_ms", 5.0, "ms"),
     ("latency_p99_ms", 20.0, "ms"),
