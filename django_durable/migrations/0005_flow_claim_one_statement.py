@@ -17,10 +17,15 @@ v3 (each key's lock, each limited workflow's lock shared or exclusive), so v3 an
 claimers never count a key at once, nor v2 and v4 a workflow. Frozen like every
 migration: it imports nothing from django_durable, and the functions' text is read
 from ``sql/`` by file name.
+
+On PostgreSQL the index is built ``CONCURRENTLY``: the build reads the whole of
+``durable_run``, and a plain ``CREATE INDEX`` would hold its writes (every start,
+claim and step) until it is done. So the migration is not atomic.
 """
 
 from pathlib import Path
 
+from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
 SQL = Path(__file__).resolve().parent / "sql"
@@ -43,13 +48,36 @@ def drop_functions(apps, schema_editor):
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
+class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
+    """``AddIndexConcurrently`` on PostgreSQL; a plain ``AddIndex`` on another database
+    (SQLite has no concurrent build, and nothing to wait for)."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+        else:
+            migrations.AddIndex.database_forwards(
+                self, app_label, schema_editor, from_state, to_state
+            )
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+        else:
+            migrations.AddIndex.database_backwards(
+                self, app_label, schema_editor, from_state, to_state
+            )
+
+
 class Migration(migrations.Migration):
+    atomic = False
+
     dependencies = [
         ("django_durable", "0004_flow_claim_by_key"),
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexConcurrentlyOnPostgreSQL(
             model_name="run",
             index=models.Index(
                 condition=models.Q(
