@@ -15,22 +15,14 @@ class BenchTwoSteps(Workflow):
         return None
 
 
-class BenchFlowed(Workflow):
-    """bench_two_steps with a flow key per run (``tenant:N``, set when the runs are
-    queued) and a per-key limit it never reaches: ``worker_c4_flow``, the cost of flow
-    control's claim in a worker."""
+class BenchFlowed(BenchTwoSteps):
+    """bench_two_steps (its steps, inherited) with a flow key per run (``tenant:N``,
+    set when the runs are queued) and a per-key limit it never reaches:
+    ``worker_c4_flow``, the cost of flow control's claim in a worker."""
 
     name = "bench_flowed"
     flow_key = staticmethod(lambda input: f"tenant:{input['i'] % 20}")
     concurrency_per_key = 10_000
-
-    @step
-    def first(self, ctx):
-        return None
-
-    @step
-    def second(self, ctx):
-        return None
 
 
 class BenchOneStep(Workflow):

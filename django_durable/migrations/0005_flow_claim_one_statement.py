@@ -52,21 +52,20 @@ class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
     """``AddIndexConcurrently`` on PostgreSQL; a plain ``AddIndex`` on another database
     (SQLite has no concurrent build, and nothing to wait for)."""
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+    def _operation(self, schema_editor) -> type:
         if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_forwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
+            return AddIndexConcurrently
+        return migrations.AddIndex
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        self._operation(schema_editor).database_forwards(
+            self, app_label, schema_editor, from_state, to_state
+        )
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_backwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
+        self._operation(schema_editor).database_backwards(
+            self, app_label, schema_editor, from_state, to_state
+        )
 
 
 class Migration(migrations.Migration):
