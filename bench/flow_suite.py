@@ -16,7 +16,7 @@ asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
   (its one statement) at that backlog.
 
     python -m bench.flow_suite [--repeat 3] [--runs 2000] [--backlogs 1000,10000,100000]
-                               [--compare durable_claim_v2]
+                               [--compare durable_claim_v3]
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument(
         "--compare",
         metavar="FUNCTION",
-        help="also measure the claims with this installed version (durable_claim_v2)",
+        help="also measure the claims with this installed version (durable_claim_v3)",
     )
     args = parser.parse_args()
     from bench.common import migrate, recreate_database, suite_env
