@@ -150,3 +150,53 @@ def test_durable_start_answers_from_the_key_rules_table(reuse, policy):
             noted = Activity.objects.filter(kind="key_duplicate", key=key).exists()
             assert noted == found.noted
             assert Run.objects.filter(key=key).count() == 1
+
+
+# A project on SQLite installs django-durable without the [postgres] extra: no psycopg.
+# The migrations must import and apply there (one that imports django.contrib.postgres
+# at its top would fail: that package needs psycopg).
+WITHOUT_PSYCOPG = """
+import sys
+
+
+class NoPsycopg:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("psycopg", "psycopg2"):
+            raise ImportError(f"{name} is not installed here")
+
+
+sys.meta_path.insert(0, NoPsycopg())
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_durable"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1]}},
+    USE_TZ=True,
+)
+django.setup()
+from django.core.management import call_command
+from django.db import connection
+
+call_command("migrate", verbosity=0)
+with connection.cursor() as cursor:
+    cursor.execute("SELECT name FROM django_migrations WHERE app = 'django_durable'")
+    print(",".join(sorted(name for (name,) in cursor.fetchall())))
+print("psycopg" in sys.modules)
+"""
+
+
+def test_a_project_on_sqlite_migrates_without_psycopg(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, str(tmp_path / "db.sqlite3")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    applied, imported = done.stdout.split()
+    assert applied.split(",") == sorted(path.stem for path in migration_files())
+    assert imported == "False"

@@ -25,7 +25,6 @@ claim and step) until it is done. So the migration is not atomic.
 
 from pathlib import Path
 
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import migrations, models
 
 SQL = Path(__file__).resolve().parent / "sql"
@@ -48,24 +47,25 @@ def drop_functions(apps, schema_editor):
         schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
-class AddIndexConcurrentlyOnPostgreSQL(AddIndexConcurrently):
-    """``AddIndexConcurrently`` on PostgreSQL; a plain ``AddIndex`` on another database
-    (SQLite has no concurrent build, and nothing to wait for)."""
+class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
+    """Django's ``AddIndexConcurrently`` on PostgreSQL; a plain ``AddIndex`` on another
+    database (SQLite has no concurrent build, and nothing to wait for). Imported only
+    on PostgreSQL: django.contrib.postgres needs psycopg, which a project on SQLite
+    may not have installed."""
 
-    def _operation(self, schema_editor) -> type:
+    def _apply(self, direction: str, app_label, schema_editor, from_state, to_state):
+        operation = super()
         if schema_editor.connection.vendor == "postgresql":
-            return AddIndexConcurrently
-        return migrations.AddIndex
+            from django.contrib.postgres.operations import AddIndexConcurrently
 
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        self._operation(schema_editor).database_forwards(
-            self, app_label, schema_editor, from_state, to_state
-        )
+            operation = AddIndexConcurrently(self.model_name, self.index)
+        getattr(operation, direction)(app_label, schema_editor, from_state, to_state)
 
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        self._operation(schema_editor).database_backwards(
-            self, app_label, schema_editor, from_state, to_state
-        )
+    def database_forwards(self, *args):
+        self._apply("database_forwards", *args)
+
+    def database_backwards(self, *args):
+        self._apply("database_backwards", *args)
 
 
 class Migration(migrations.Migration):
