@@ -27,7 +27,7 @@ from django.test.utils import override_settings  # noqa: E402
 
 import django_durable as durable  # noqa: E402
 from bench.common import Results, percentile, rate, stopwatch, suite_args, wanted  # noqa: E402
-from bench.workflows import BenchKeyed  # noqa: E402
+from bench.workflows import FLOW_KEYS, BenchKeyed  # noqa: E402
 from django_durable.models import Run, StepAttempt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,8 +41,6 @@ WORKER_METRICS = [
 ]
 LATENCY_METRICS = ["latency_p50_ms", "latency_p99_ms"]
 BACKLOG = 50_000
-# worker_c4_flow: the flow keys its runs are spread over (docs/flow-control.md).
-FLOW_KEYS = 20
 
 
 def truncate() -> None:

@@ -189,9 +189,11 @@ def explain_claim(flow_limits, limit: int = 1) -> str:
         create,
         re.S,
     )
-    statements = [re.sub(r"\bv_name\b", "'flow'::text", found.group(1))]
+    query = re.sub(r"\bv_name\b", "'flow'::text", found.group(1))
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
+    for number, (name, _type) in enumerate(arguments, 1):
+        query = re.sub(rf"\b{name}\b", f"${number}", query)
     types = ", ".join(type_ for _name, type_ in arguments)
     names = sorted(flow_limits)
     values = [
@@ -199,20 +201,16 @@ def explain_claim(flow_limits, limit: int = 1) -> str:
         [flow_limits[n].key_cap for n in names], [flow_limits[n].cap for n in names],
         [flow_limits[n].rate for n in names], [flow_limits[n].per for n in names],
     ]  # fmt: skip
-    plans = []
-    for query in statements:
-        for number, (name, _type) in enumerate(arguments, 1):
-            query = re.sub(rf"\b{name}\b", f"${number}", query)
-        with transaction.atomic(), connection.cursor() as cursor:
-            for name, value in re.findall(r"^SET (\w+) = (\w+)$", create, re.M):
-                cursor.execute(f"SET LOCAL {name} = {value}")  # the function's settings
-            cursor.execute(f"PREPARE flow_claim({types}) AS {query}")
-            placeholders = ", ".join(["%s"] * len(values))
-            cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE flow_claim({placeholders})", values)
-            plans.append("\n".join(row[0] for row in cursor.fetchall()))
-            cursor.execute("DEALLOCATE flow_claim")
-            transaction.set_rollback(True)  # the explained claim is not kept
-    return "\n\n".join(plans)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for name, value in re.findall(r"^SET (\w+) = (\w+)$", create, re.M):
+            cursor.execute(f"SET LOCAL {name} = {value}")  # the function's settings
+        cursor.execute(f"PREPARE flow_claim({types}) AS {query}")
+        placeholders = ", ".join(["%s"] * len(values))
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) EXECUTE flow_claim({placeholders})", values)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE flow_claim")
+        transaction.set_rollback(True)  # the explained claim is not kept
+    return plan
 
 
 def fairness(backlog: int) -> dict:

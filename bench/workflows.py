@@ -15,13 +15,17 @@ class BenchTwoSteps(Workflow):
         return None
 
 
+# worker_c4_flow: the flow keys its runs are spread over.
+FLOW_KEYS = 20
+
+
 class BenchFlowed(BenchTwoSteps):
     """bench_two_steps (its steps, inherited) with a flow key per run (``tenant:N``,
     set when the runs are queued) and a per-key limit it never reaches:
     ``worker_c4_flow``, the cost of flow control's claim in a worker."""
 
     name = "bench_flowed"
-    flow_key = staticmethod(lambda input: f"tenant:{input['i'] % 20}")
+    flow_key = staticmethod(lambda input: f"tenant:{input['i'] % FLOW_KEYS}")
     concurrency_per_key = 10_000
 
 

@@ -6,6 +6,8 @@ A function's body cannot change without a new version in a new migration."""
 
 import hashlib
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,9 +189,6 @@ print("psycopg" in sys.modules)
 
 
 def test_a_project_on_sqlite_migrates_without_psycopg(tmp_path):
-    import subprocess
-    import sys
-
     done = subprocess.run(
         [sys.executable, "-c", WITHOUT_PSYCOPG, str(tmp_path / "db.sqlite3")],
         capture_output=True,
