@@ -25,14 +25,12 @@ from django_durable import store
 from django_durable.models import Run
 from django_durable.store import functions
 from django_durable.testing import drain
+from tests.schema import ROW_TYPE_CLAIMS
 from tests.testapp.workflows import Noop
 from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
-# The claims that still return durable_run's row type: replaced by the claim of
-# issue 41 (which returns explicit columns); these tests expect them to fail.
-ROW_TYPE_CLAIMS = {f"durable_claim_v{n}" for n in (1, 2, 3, 4)}
 claim_returns_a_row_type = pytest.mark.xfail(
     functions.CURRENT["durable_claim"] in ROW_TYPE_CLAIMS,
     reason="the current claim returns SETOF durable_run (issue 41 replaces it)",
