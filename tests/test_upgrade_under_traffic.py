@@ -4,7 +4,7 @@ processes. Run it for every release (docs/contributing.md).
 On a table of ``RUNS`` runs, producer processes of this release start keyed runs
 (``RATE`` a second in all, each start timed) and worker processes of this release
 claim and run them, while ``migrate`` applies a throwaway next-release migration
-(tests/upgrade_migrations/9000_next_release.py: a nullable column on durable_run
+(tests/upgrade_migrations/9000_0_4_expand_next_release.py: a nullable column on durable_run
 under a lock timeout with retries, and an index on it built CONCURRENTLY). Then:
 no start failed, no worker logged an error (a failed claim is logged), no start took
 longer than ``HELD``, and every run started completed. The figures (table size,
@@ -54,7 +54,8 @@ FROM generate_series(1, %(runs)s) AS i,
 UNDO = [
     "DROP INDEX IF EXISTS durable_run_next_release",
     "ALTER TABLE durable_run DROP COLUMN IF EXISTS next_release_note",
-    "DELETE FROM django_migrations WHERE app = 'django_durable' AND name = '9000_next_release'",
+    "DELETE FROM django_migrations WHERE app = 'django_durable' "
+    "AND name = '9000_0_4_expand_next_release'",
 ]
 
 
@@ -126,7 +127,7 @@ def test_the_next_release_migrates_under_traffic_without_holding_starts(workers,
         )
         migrating = time.monotonic() - started
         assert migrated.returncode == 0, migrated.stdout + migrated.stderr
-        assert "Applying django_durable.9000_next_release... OK" in migrated.stdout
+        assert "Applying django_durable.9000_0_4_expand_next_release... OK" in migrated.stdout
         time.sleep(3)  # traffic after the migration, on the new schema
     finally:
         stop.touch()
