@@ -253,7 +253,7 @@ class Run(models.Model):
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
-                condition=Q(status__in=FINISHED_STATUSES),
+                condition=Q(status__in=sorted(FINISHED_STATUSES)),  # sorted: one schema
                 name="durable_run_finished",
             ),
         ]

@@ -9,6 +9,7 @@ and a stale ``build/`` there can't hide a missing file.
 import email
 import pathlib
 import re
+import tomllib
 import zipfile
 
 import pytest
@@ -60,7 +61,10 @@ def test_the_wheel_metadata(wheel):
     meta = email.message_from_bytes(wheel.read(name))
     # The name on the package index: django-durable is an unrelated project's.
     assert meta["Name"] == "django-durable-workflows"
-    assert meta["Version"] == "0.2.0"
+    assert (
+        meta["Version"]
+        == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    )
     assert meta["License-Expression"] == "MIT"
     assert meta.get_all("License-File") == ["LICENSE"]
     classifiers = set(meta.get_all("Classifier"))
