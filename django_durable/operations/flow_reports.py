@@ -115,6 +115,20 @@ def _serves(worker: WorkerNode, run: Run) -> bool:
     )
 
 
+def _no_worker(run: Run, workers: list[WorkerNode]) -> str | None:
+    """Why no live worker takes ``run``, saying which of the two is missing; None
+    when one would."""
+    on_queue = [w for w in workers if not w.queues or run.queue in w.queues]
+    if not on_queue:
+        return f"No live worker serves its queue {run.queue!r}."
+    if not any(_serves(worker, run) for worker in on_queue):
+        return (
+            f"No live worker that serves its queue {run.queue!r} knows its workflow "
+            f"{run.workflow!r}."
+        )
+    return None
+
+
 def _limit_reason(run: Run, at: datetime) -> str | None:
     """The first queue, workflow, flow-key or rate limit that holds ``run`` back."""
     queue_cap = conf.queue_limits().get(run.queue)
@@ -162,8 +176,18 @@ def explain_run(run_id: uuid.UUID | str) -> str:
     """One sentence saying what the run is doing or waiting for now; where several
     hold, the first of: finished, running (on the worker named as the workers page
     names it), waiting, not due, queue paused, queue or workflow limit, flow-key
-    limit, rate, no live worker. ``Run.DoesNotExist`` for an unknown id."""
-    return describe(Run.objects.get(id=run_id))
+    limit, rate, no live worker. ``ValueError`` for an id that is not a UUID,
+    ``Run.DoesNotExist`` (naming the id) for an unknown one."""
+    if not isinstance(run_id, uuid.UUID):
+        try:
+            run_id = uuid.UUID(str(run_id))
+        except ValueError:
+            raise ValueError(f"not a run id: {run_id!r}") from None
+    try:
+        run = Run.objects.get(id=run_id)
+    except Run.DoesNotExist:
+        raise Run.DoesNotExist(f"no run {run_id}") from None
+    return describe(run)
 
 
 def describe(run: Run) -> str:
@@ -189,10 +213,9 @@ def describe(run: Run) -> str:
     reason = _limit_reason(run, at)
     if reason is not None:
         return reason
-    if not any(_serves(worker, run) for worker in _live_workers(at)):
-        return (
-            f"No live worker serves its queue {run.queue!r} or knows its workflow {run.workflow!r}."
-        )
+    unserved = _no_worker(run, _live_workers(at))
+    if unserved is not None:
+        return unserved
     waited = max((at - run.due_at).total_seconds(), 0.0)
     return f"Due for {timedelta(seconds=round(waited))}; the next free worker thread takes it."
 

@@ -26,7 +26,7 @@ def as_timedelta(value, what: str) -> timedelta:
     elif isinstance(value, int | float) and not isinstance(value, bool):
         duration = timedelta(seconds=value)
     else:
-        raise TypeError(f"{what} must be a timedelta, got {value!r}")
+        raise TypeError(f"{what} must be a timedelta or a number of seconds, got {value!r}")
     if duration < timedelta(0):
         raise ValueError(f"{what} must not be negative, got {duration}")
     return duration
