@@ -87,7 +87,13 @@ from django_durable.store.queues import (
     queue_counts,
     set_paused,
 )
-from django_durable.store.reruns import began_steps, make_rerun, rerun_already, reruns_of
+from django_durable.store.reruns import (
+    began_steps,
+    make_rerun,
+    replaced_values,
+    rerun_already,
+    reruns_of,
+)
 from django_durable.store.runs import (
     Recovery,
     current_status,
@@ -188,6 +194,7 @@ __all__ = [
     "began_steps",
     "make_rerun",
     "rerun_already",
+    "replaced_values",
     "reruns_of",
     "queue_counts",
     "queue_depths",
