@@ -371,11 +371,14 @@ REFUSES_WRITES = "SELECT pg_is_in_recovery() OR current_setting('transaction_rea
 
 # --- what doctor and the dashboard ask the server ---------------------------------------
 
-# Sessions other than this one whose last statement was a worker's LISTEN on the
-# channel (%s: the LISTEN statement). pg_stat_activity, a view: no index.
-LISTENING_SESSIONS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()"
-)
+# Sessions of this database, other than this one, whose last statement was a worker's
+# LISTEN on the channel (%s: the LISTEN statement); another database's workers on the
+# same server listen on a channel of their own database. pg_stat_activity, a view: no
+# index.
+LISTENING_SESSIONS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE query = %s AND pid <> pg_backend_pid() AND datname = current_database()
+"""
 
 # How many connections the server allows to non-superusers, and how many are open.
 # pg_stat_activity, a view: no index.
