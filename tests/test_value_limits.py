@@ -15,8 +15,11 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import transaction
+from django.urls import reverse
 
 import django_durable as durable
+from django_durable import conf as durable_conf
+from django_durable.dashboard import values
 from django_durable.models import Activity, Event, Run, Schedule, Status
 from django_durable.testing import drain
 from tests.testapp import framework_tasks
@@ -175,3 +178,43 @@ def test_a_task_enqueue_is_refused_before_anything_is_written(small_limit, args,
     assert_refused_and_nothing_written(
         lambda: async_to_sync(framework_tasks.echo.aenqueue)(*args), raises, words, counts
     )
+
+
+# --- no admin page renders a value whole ------------------------------------------
+
+
+def change_page(client, run_id) -> str:
+    response = client.get(reverse("admin:django_durable_run_change", args=[run_id]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_admin_change_page_of_a_run_shows_its_big_values_cut(admin_client):
+    """An input as big as allowed, and a result, context and state as big as an older
+    row (or a folded input list) may hold: the page stays small and says what it cut."""
+    limit = durable_conf.get("MAX_VALUE_BYTES")
+    run_id = durable.start(SyncAccount, sized(limit))
+    huge = {"blob": "z" * (8 * 1024 * 1024)}
+    Run.objects.filter(id=run_id).update(
+        result=huge, context=huge, state=huge, inputs=[huge], error={"message": "m" * 10**6}
+    )
+    html = change_page(admin_client, run_id)
+    assert len(html) < 8 * values.SHOWN + 100_000, len(html)
+    assert "z" * (values.SHOWN + 1) not in html
+    assert f"Shown: the first {values.SHOWN:,} of {limit:,} characters of JSON." in html
+    assert html.count(f"of {len(json.dumps(huge)):,} characters of JSON.") == 3
+    assert f"of {len(json.dumps([huge])):,} characters of JSON." in html  # the inputs
+    assert reverse("django_durable:run", args=[run_id]) in html
+
+
+def test_the_admin_change_page_shows_small_values_whole_and_links_related_runs(admin_client):
+    parent = durable.start(SyncAccount, {"n": 1})
+    run_id = durable.start(SyncAccount, {"n": 2, "who": "<b>ada</b>"})
+    Run.objects.filter(id=run_id).update(parent_id=parent)
+    html = change_page(admin_client, run_id)
+    assert "&quot;who&quot;: &quot;&lt;b&gt;ada&lt;/b&gt;&quot;" in html  # escaped, whole
+    assert "Shown: the first" not in html
+    assert f'{reverse("django_durable:run", args=[parent])}">{parent}</a>' in html
+    # An id that is no run is the admin's own answer, not an error.
+    missing = admin_client.get(reverse("admin:django_durable_run_change", args=["nope"]))
+    assert missing.status_code == 302
