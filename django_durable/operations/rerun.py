@@ -141,15 +141,24 @@ def start_planned(plan: RerunPlan) -> uuid.UUID:
     if plan.run.flow_key is not None:  # the original's (else its workflow's function's)
         fields["flow_key"] = plan.run.flow_key
     with store.atomic():
-        result = start_run(plan.workflow, plan.input, plan.run.key, "error", **fields)
-        store.make_rerun(
-            result.run_id,
-            rerun_of=plan.run.id,
-            from_step=plan.from_step,
-            step_index=plan.step_index,
-            context=plan.context,
-            state=plan.state,
-        )
+        try:
+            result = start_run(plan.workflow, plan.input, plan.run.key, "error", **fields)
+        except KeyTaken as exc:
+            # Refused as a start is: caught inside the transaction, so the
+            # key_duplicate activity the start recorded is kept (nothing else was written).
+            refused = exc
+        else:
+            refused = None
+            store.make_rerun(
+                result.run_id,
+                rerun_of=plan.run.id,
+                from_step=plan.from_step,
+                step_index=plan.step_index,
+                context=plan.context,
+                state=plan.state,
+            )
+    if refused is not None:
+        raise refused
     return result.run_id
 
 
