@@ -1,7 +1,7 @@
 """The package's shape: every subpackage and top-level module has a place in one table
 of layers and imports point down it only (migrations too: they name nothing of the
-package but what Django must), no import cycle, small modules, and only public
-interfaces of Django and psycopg."""
+package but what Django must), no import cycle, no write in operations (the store
+writes), small modules, and only public interfaces of Django and psycopg."""
 
 import ast
 import pathlib
@@ -328,3 +328,47 @@ def test_nothing_imports_past_the_store_face_but_what_its_docstring_names():
     face = ast.get_docstring(ast.parse((PACKAGE / "store" / "__init__.py").read_text()))
     for allowed in PAST_THE_STORE_FACE:
         assert f"``{allowed.removeprefix('django_durable.')}``" in face
+
+
+# The store writes, operations decide: no ORM write, row lock or cursor in operations/.
+# A call of one of these names is a write (``.update`` only on a query set: a dict's
+# ``update`` is not); the allow-list names what remains, with why (today: nothing).
+WRITES = {"create", "save", "delete", "bulk_create", "bulk_update", "get_or_create"}
+WRITES |= {"update_or_create", "select_for_update", "cursor", "execute", "executemany", "raw"}
+OPERATIONS_MAY_WRITE: dict[str, str] = {}
+
+
+def writes_in(source: str) -> list[str]:
+    """``line: call`` for each ORM write, row lock or cursor in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, receiver = node.func.attr, ast.unparse(node.func.value)
+        on_query_set = ".objects" in receiver or re.search(r"\.(filter|exclude|all)\(", receiver)
+        if name in WRITES or (name == "update" and on_query_set):
+            found.append((node.lineno, f"{node.lineno}: {receiver}.{name}("))
+    return [text for _line, text in sorted(found)]
+
+
+def test_operations_write_nothing_themselves():
+    found = [
+        f"{name}:{line}"
+        for name, path in modules().items()
+        if unit(name) == "operations"
+        for line in writes_in(path.read_text())
+    ]
+    assert [f for f in found if f.split(":")[0] not in OPERATIONS_MAY_WRITE] == []
+
+
+def test_the_write_check_sees_every_kind_of_write():
+    source = (
+        "Schedule.objects.filter(name=n).update(enabled=False)\n"
+        "Run.objects.create(id=1)\n"
+        "sched.save(update_fields=['x'])\n"
+        "Activity.objects.bulk_create(rows)\n"
+        "Schedule.objects.select_for_update().get(name=n)\n"
+        "connection.cursor()\n"
+        "changes.update(more)\n"  # a dict: not a write
+    )
+    assert [line.split(":")[0] for line in writes_in(source)] == ["1", "2", "3", "4", "5", "6"]

@@ -115,9 +115,10 @@ def test_the_database_holds_the_text_of_the_functions_the_code_calls():
 @pytest.mark.parametrize("reuse", ["after_close", "after_failure", "never"])
 @pytest.mark.parametrize("policy", ["use_existing", "error"])
 def test_durable_start_answers_from_the_key_rules_table(reuse, policy):
-    """durable_start_v1 notes a duplicate (and only answers) in exactly the holder
-    states ``keys.holder_answers`` computes from the rules table, cell by cell: the
-    database reads the one table, passed as its text[] p_answers."""
+    """The start function (durable_start, the version the store calls) notes a
+    duplicate (and only answers) in exactly the holder states ``keys.holder_answers``
+    computes from the rules table, cell by cell: the database reads the one table,
+    passed as its text[] p_answers."""
     import uuid
 
     from django.utils import timezone

@@ -34,15 +34,14 @@ def test_the_statements_name_every_column_of_the_runs_table():
             assert f"%({column})s" in statement, (column, statement[:60])
     claimed = postgres.CLAIM.split("FROM durable_claim", 1)[0].removeprefix("\nSELECT ")
     assert tuple(c.strip().strip('"') for c in claimed.split(",")) == columns
-    # durable_start_v1 takes the columns a start sets as arguments p_<column>, typed
+    # The start function takes the columns a start sets as arguments p_<column>, typed
     # as the table's columns, and inserts every column.
     assert set(starts.START_COLUMNS) <= set(columns)
     types = {f.column: f.db_type(connection) for f in Run._meta.concrete_fields}
     inserted = plans.START_INSERT.split("VALUES", 1)[1]
     listed = re.findall(r'\b"?(\w+)"?\b', plans.START_INSERT.split("VALUES", 1)[0].split("(", 1)[1])
-    # durable_start_v2 is frozen (migrations/sql): the columns added after 0001 and
-    # before it (0002)
-    # are not in its insert, so they must be nullable and take their default there.
+    # The start function is frozen (migrations/sql): the columns its insert leaves
+    # out must be nullable and take their default there.
     added_later = ("rerun_of_id", "rerun_from_step", "inputs")
     assert tuple(listed) == tuple(c for c in columns if c not in added_later)
     assert all(Run._meta.get_field(name).null for name in added_later)

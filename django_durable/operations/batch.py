@@ -21,7 +21,6 @@ from typing import Any
 
 from django_durable import signals, store, telemetry
 from django_durable.exceptions import InvalidKey, KeyTaken
-from django_durable.models import Activity
 from django_durable.operations import inputs, keys
 from django_durable.operations.calls import public_call
 from django_durable.operations.keys import Action
@@ -180,16 +179,7 @@ def _record_duplicates(definition, pairs, duplicates) -> None:
             "input_changed": answer.input_changed,
             "input": payload,
         }
-        rows.append(
-            Activity(
-                kind=Activity.Kind.KEY_DUPLICATE,
-                run_id=answer.holder_id,
-                workflow=definition.name,
-                key=key,
-                details=details,
-                created_at=at,
-            )
-        )
+        rows.append((answer.holder_id, key, details))
         store.send_after_commit(
             signals.key_duplicate,
             definition,
@@ -200,4 +190,4 @@ def _record_duplicates(definition, pairs, duplicates) -> None:
             input_changed=answer.input_changed,
             input=payload,
         )
-    Activity.objects.bulk_create(rows)
+    store.record_duplicates(definition.name, rows, at=at)

@@ -21,8 +21,6 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import IntegrityError
-
 from django_durable import store
 from django_durable.exceptions import KeyTaken
 from django_durable.models import Schedule
@@ -82,36 +80,33 @@ def _upsert(name, workflow_name, cron, key, payload, timezone, *, declared: bool
     with store.atomic():
         existing = store.lock_schedule(name, missing_ok=True)
         if existing is None:
-            try:
-                with store.atomic():
-                    return Schedule.objects.create(
-                        name=name,
-                        workflow=workflow_name,
-                        cron=cron,
-                        key=key,
-                        input=payload,
-                        timezone=timezone,
-                        declared=declared,
-                        next_fire_at=next_fire(cron, timezone, store.now()),
-                    )
-            except IntegrityError:
-                # Another process created it at the same moment (workers syncing).
-                existing = store.lock_schedule(name)
+            created = store.create_schedule(
+                name=name,
+                workflow=workflow_name,
+                cron=cron,
+                key=key,
+                input=payload,
+                timezone=timezone,
+                declared=declared,
+                next_fire_at=next_fire(cron, timezone, store.now()),
+            )
+            if created is not None:
+                return created
+            # Another process created it at the same moment (workers syncing).
+            existing = store.lock_schedule(name)
         timing_changed = (existing.cron, existing.timezone) != (cron, timezone)
-        existing.workflow, existing.key, existing.input = workflow_name, key, payload
-        existing.cron, existing.timezone, existing.declared = cron, timezone, declared
-        if timing_changed or (existing.enabled and existing.next_fire_at is None):
-            existing.next_fire_at = next_fire(cron, timezone, store.now())
-        existing.save(
-            update_fields=[
-                "workflow",
-                "key",
-                "input",
-                "cron",
-                "timezone",
-                "declared",
-                "next_fire_at",
-            ]
+        next_fire_at = existing.next_fire_at
+        if timing_changed or (existing.enabled and next_fire_at is None):
+            next_fire_at = next_fire(cron, timezone, store.now())
+        store.update_schedule(
+            existing,
+            workflow=workflow_name,
+            key=key,
+            input=payload,
+            cron=cron,
+            timezone=timezone,
+            declared=declared,
+            next_fire_at=next_fire_at,
         )
         return existing
 
@@ -120,14 +115,14 @@ def enable_schedule(name: str) -> None:
     """Let schedule ``name`` fire again, from its next tick after now."""
     with store.atomic():
         sched = store.lock_schedule(name)
-        sched.enabled = True
-        sched.next_fire_at = next_fire(sched.cron, sched.timezone, store.now())
-        sched.save(update_fields=["enabled", "next_fire_at"])
+        store.update_schedule(
+            sched, enabled=True, next_fire_at=next_fire(sched.cron, sched.timezone, store.now())
+        )
 
 
 def disable_schedule(name: str) -> None:
     """Stop schedule ``name`` from firing (``trigger_schedule`` still fires it)."""
-    if not Schedule.objects.filter(name=name).update(enabled=False):
+    if not store.set_schedule_disabled(name):
         raise Schedule.DoesNotExist(f"no schedule is named {name!r}")
 
 
@@ -156,7 +151,7 @@ def sync_declared() -> int:
             cron.timezone,
             declared=True,
         )
-    Schedule.objects.filter(declared=True).exclude(name__in=list(declared)).delete()
+    store.delete_undeclared_schedules(list(declared))
     return len(declared)
 
 

@@ -38,6 +38,7 @@ from django_durable.store.base import (
     send_after_commit,
 )
 from django_durable.store.batches import (
+    record_duplicates,
     start_batch,
 )
 from django_durable.store.children import (
@@ -131,9 +132,13 @@ from django_durable.store.runs import (
 )
 from django_durable.store.schedules import (
     advance_schedule,
+    create_schedule,
+    delete_undeclared_schedules,
     lock_due_schedules,
     lock_schedule,
     record_manual_fire,
+    set_schedule_disabled,
+    update_schedule,
 )
 from django_durable.store.schema import (
     has_table,
@@ -183,6 +188,10 @@ __all__ = [
     "Recovery",
     "active_children",
     "advance_schedule",
+    "create_schedule",
+    "delete_undeclared_schedules",
+    "set_schedule_disabled",
+    "update_schedule",
     "advance_timers",
     "alias",
     "atomic",
@@ -230,6 +239,7 @@ __all__ = [
     "record_attempt_cancelled",
     "record_compensation_completed",
     "record_compensation_failed",
+    "record_duplicates",
     "record_manual_fire",
     "record_run_failed",
     "record_step_completed",

@@ -8,6 +8,9 @@ the same statement: the items come in as arrays (``unnest``), each keeps its pla
 one start (``durable_run_one_holder_per_key`` arbitrates). The holder is read with
 the statement's snapshot: a holder whose insert committed while this one waited on
 it is not seen, and that item comes back with neither (the caller starts it alone).
+
+``record_duplicates`` writes the activity rows of the items whose holders answered,
+in one more statement.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from django_durable import conf
+from django_durable.models import Activity
 from django_durable.store.base import as_json, engine, fetchall, now
 
-__all__ = ["BatchAnswer", "start_batch"]
+__all__ = ["BatchAnswer", "record_duplicates", "start_batch"]
 
 
 class BatchAnswer(NamedTuple):
@@ -74,3 +78,21 @@ def start_batch(
         else BatchAnswer(False, holder_id, status, started is not None, bool(changed))
         for _ord, inserted, holder_id, status, started, changed, _woke in rows
     ]
+
+
+def record_duplicates(
+    workflow: str, duplicates: Sequence[tuple[uuid.UUID, str | None, dict]], *, at: datetime
+) -> None:
+    """The ``key_duplicate`` activity rows of a batch's items that their holders
+    answered, one per ``(holder id, key, details)``, in one statement."""
+    Activity.objects.bulk_create(
+        Activity(
+            kind=Activity.Kind.KEY_DUPLICATE,
+            run_id=holder_id,
+            workflow=workflow,
+            key=key,
+            details=details,
+            created_at=at,
+        )
+        for holder_id, key, details in duplicates
+    )

@@ -13,10 +13,9 @@ before CLAIM, in one short transaction. The lock serialises them, and CLAIM, a
 new statement, takes its snapshot after the lock: it counts the runs the previous
 holder of the lock claimed and committed. Counting inside the statement that
 waited for a row lock would not do: in READ COMMITTED a statement's snapshot
-predates its lock waits. Oban's global limits and DBOS's queue concurrency
-serialise their fetchers on one row per queue for the same reason. Queues without
-a limit take no lock and claim as before, in one statement. SQLite serialises its
-writers: its claim counts a limited queue's room in the same write.
+predates its lock waits. Queues without a limit take no lock and claim as before,
+in one statement. SQLite serialises its writers: its claim counts a limited queue's
+room in the same write.
 
 The statements are the engine's (store/engines: CLAIM, LOCK_LIMITED_QUEUES,
 NEXT_DUE_AT, TAKE_TURNS). With flow-keyed runs due, the claim also applies the flow

@@ -1,4 +1,5 @@
-"""Cron schedules: due ticks claimed once across workers."""
+"""Cron schedules: their rows written (created, changed, disabled, the undeclared
+deleted) and their due ticks claimed once across workers."""
 
 from __future__ import annotations
 
@@ -6,18 +7,56 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import F
 
 from django_durable.models import Schedule
+from django_durable.store.base import atomic
 
 __all__ = [
     "advance_schedule",
+    "create_schedule",
+    "delete_undeclared_schedules",
     "lock_due_schedules",
     "lock_schedule",
     "record_manual_fire",
+    "set_schedule_disabled",
+    "update_schedule",
 ]
 
-# --- schedules ------------------------------------------------------------------
+# --- writing schedules ------------------------------------------------------------
+
+
+def create_schedule(**fields: Any) -> Schedule | None:
+    """Insert the schedule ``fields`` describe and return it; None when another
+    process inserted one of that name at the same moment (workers syncing): the
+    insert is in its own savepoint, so the caller's transaction goes on."""
+    try:
+        with atomic():
+            return Schedule.objects.create(**fields)
+    except IntegrityError:
+        return None
+
+
+def update_schedule(schedule: Schedule, **changes: Any) -> None:
+    """Write ``changes`` to ``schedule`` (and its row): only the fields named."""
+    for field, value in changes.items():
+        setattr(schedule, field, value)
+    schedule.save(update_fields=list(changes))
+
+
+def set_schedule_disabled(name: str) -> bool:
+    """Disable the schedule ``name``; False when there is none."""
+    return bool(Schedule.objects.filter(name=name).update(enabled=False))
+
+
+def delete_undeclared_schedules(declared: list[str]) -> None:
+    """Delete the declared schedules whose name is not in ``declared`` (their
+    declaration is gone); schedules made with ``schedule()`` stay."""
+    Schedule.objects.filter(declared=True).exclude(name__in=declared).delete()
+
+
+# --- locking and firing -----------------------------------------------------------
 
 
 def lock_schedule(name: str, *, missing_ok: bool = False) -> Schedule | None:
