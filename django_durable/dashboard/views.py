@@ -34,7 +34,7 @@ from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.models import Run, StepAttempt
-from django_durable.operations import flow_reports
+from django_durable.operations import flow_holds, flow_reports
 from django_durable.workflows.definition import registry
 from django_durable.workflows.flow import flow_limits
 
@@ -315,8 +315,11 @@ def _flow_keys(definition) -> dict | None:
     if definition is None or (definition.flow_key is None and flow_limits(definition) is None):
         return None
     rows = flow_reports.flow_stats(definition, limit=FLOW_KEYS_SHOWN + 1)
+    shown = rows[:FLOW_KEYS_SHOWN]
+    for row, start in zip(shown, flow_holds.next_starts(definition, shown), strict=True):
+        row["next_start"] = start
     return {
-        "rows": rows[:FLOW_KEYS_SHOWN],
+        "rows": shown,
         "more": len(rows) > FLOW_KEYS_SHOWN,
         "declared": flow_reports.declared_text(definition),
     }
