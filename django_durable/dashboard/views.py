@@ -236,7 +236,7 @@ def run(request, run_admin, run_id):
         "now_sentence": flow_reports.describe(found),  # what it does or waits for
         "replay": rerun.replay_of(found),  # dashboard/rerun.py
         "timeline": timeline.build(found, attempts, at),
-        "graph": timeline.graph(step_names, attempts, children),
+        "graph": timeline.graph(step_names, attempts, children, found),
         "elapsed": timeline.human_duration(
             (found.finished_at or at) - (found.started_at or found.created_at)
         ),
