@@ -95,7 +95,7 @@ def _decorate(rows: list[Run]) -> list[Run]:
         run.step_total = len(definition.steps) if definition else None
         run.step_number = run.step_index + 1
         run.error_headline = _headline(run.error)
-        run.short_id = str(run.id)[:12] + "…"
+        run.short_id = str(run.id)[:8]  # the whole id in the link's title
         run.created = When.of(run.created_at)
         run.finished = When.of(run.finished_at) if run.finished_at else None
         ended, began = run.finished_at, run.started_at or run.created_at
@@ -108,14 +108,15 @@ class When:
     """A time as the rows show it, in the current timezone."""
 
     iso: str
-    text: str
+    day: str  # the date and the clock apart: a narrow column breaks between them
+    clock: str
     title: str
 
     @classmethod
     def of(cls, at: datetime) -> When:
         local = localtime(at)
-        text = local.strftime("%Y-%m-%d %H:%M:%S")
-        return cls(local.isoformat(), text, f"{text} {local.strftime('%Z')}")
+        day, clock = local.strftime("%Y-%m-%d"), local.strftime("%H:%M:%S")
+        return cls(local.isoformat(), day, clock, f"{day} {clock} {local.strftime('%Z')}")
 
 
 def _headline(error) -> str:
