@@ -32,9 +32,10 @@ def busy():
     different input (a diff in the Key view), and two workers."""
     runs = [durable.start(SyncAccount, {"n": n}, key=key) for n, key in enumerate(KEYS)]
     failed = durable.start(SyncAccount, {"fail": True, "n": 99}, key="customer:acme:failing")
-    order = durable.start(DashOrder, {"order": 7, "fail_ship": True}, key="order:2026-12-07:7")
+    key = "order:2026-12-07:7"
+    order = durable.start(DashOrder, {"order": 7, "fail_ship": True}, key=key)
     drain()
-    durable.start(DashOrder, {"order": 7, "note": "a different input " * 4}, key="order:2026-12-07:7")
+    durable.start(DashOrder, {"order": 7, "note": "a different input " * 4}, key=key)
     for n in range(2):
         WorkerNode.objects.create(
             id=f"worker-ip-10-0-12-{n}.eu-west-1.compute.internal-{4242 + n}",
