@@ -47,7 +47,7 @@ def test_every_queue_appears_from_settings_runs_and_pauses(admin_client, setting
     # limited: runs due; bygone: only a finished run; frozen: paused, no run at all;
     # emails and reports: settings; other: a defined workflow's queue.
     assert {"limited", "bygone", "frozen", "emails", "reports", "other"} <= set(shown)
-    assert "<td>3</td>" in shown["limited"].split("durable-queue-state")[1]
+    assert '<td class="durable-claimable">3</td>' in shown["limited"]
     assert "paused" in shown["frozen"] and "Resume" in shown["frozen"]
     assert "Pause" in shown["limited"] and "paused" not in shown["limited"]
     assert "History" in shown["frozen"] and "History" not in shown["limited"]

@@ -176,3 +176,29 @@ def test_the_workflow_page_says_what_is_kept_for_how_long(admin_client, define, 
     assert "completed</th><td>kept 7 days after the run finished" in section.replace("\n", "")
     assert "kept until pruned by hand" in section
     assert "(RUN_RETENTION)" in section
+
+
+def test_the_flow_graph_of_a_rerun_from_a_step_carries_the_earlier_steps_over(
+    admin_client,
+    broken,  # noqa: F811
+):
+    run_id = _failed()
+    BROKEN["charge"] = False
+    new_id = durable.rerun(run_id, from_step="publish")
+    drain(run_timers=True)
+    assert fresh(new_id).status == Status.COMPLETED
+    html = admin_client.get(reverse("django_durable:run", args=[new_id])).content.decode()
+    assert "all 4 steps done" in html
+    graph = html.split('id="flow-graph"')[1].split("</ol>")[0]
+    nodes = graph.split('<li class="durable-node">')[1:]
+    assert len(nodes) == 4
+    original = reverse("django_durable:run", args=[run_id])
+    for node in nodes[:2]:  # fetch and charge: done by the original, not run again
+        assert "durable-node-carried" in node and "pending" not in node
+        assert f'carried over from <a href="{original}"' in node
+        assert f">run {str(run_id)[:8]}</a>" in node
+    for node in nodes[2:]:  # publish and notify ran in the rerun
+        assert "durable-node-completed" in node and "carried" not in node
+    # The original's own graph is what it did: its steps are not carried from anywhere.
+    html = admin_client.get(original).content.decode()
+    assert "carried" not in html.split('id="flow-graph"')[1].split("</ol>")[0]

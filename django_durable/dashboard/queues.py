@@ -1,5 +1,6 @@
-"""The queues page: each queue's due, running and waiting runs, its concurrency
-limit, whether it is paused and how long its oldest due run has waited; and the
+"""The queues page: each queue's due runs (those a worker may claim now apart from
+those flow limits hold back, ``operations.flow_holds``), running and waiting runs,
+its concurrency limit, whether it is paused and how long its oldest due run has waited; and the
 Pause and Resume buttons.
 
 The rows are ``queue_rows()`` (``durable.queue_stats()`` and the queues named in
@@ -29,6 +30,7 @@ from django_durable.dashboard import audit, timeline
 from django_durable.dashboard.actions import reason_of
 from django_durable.dashboard.site import render_page
 from django_durable.models import QueueState, Run
+from django_durable.operations import flow_holds
 from django_durable.operations.queues import queue_stats
 from django_durable.workflows.definition import registry
 
@@ -91,12 +93,22 @@ ACTIONS = {
 }
 
 
-def _shown(row: dict, acted: set[str]) -> dict:
-    """A row of ``queue_stats`` with what the page shows besides its numbers; a
-    link to its history when an operator ever paused or resumed it (``acted``)."""
+def _shown(row: dict, acted: set[str], held: dict[str, dict[str, int]] | None = None) -> dict:
+    """A row of ``queue_stats`` with what the page shows besides its numbers: its due
+    runs that flow limits hold back (``held``, by workflow, linked to the workflow's
+    flow keys) apart from those a worker may claim now, and a link to its history
+    when an operator ever paused or resumed it (``acted``)."""
     oldest = row["oldest_due_seconds"]
+    by_workflow = sorted((held or {}).get(row["queue"], {}).items())
+    held_total = sum(n for _, n in by_workflow)
     return {
         **row,
+        "held": [
+            (name, n, reverse("django_durable:workflow", args=[name]) + "#flow-keys")
+            for name, n in by_workflow
+        ],
+        "held_total": held_total,
+        "claimable": max(row["due"] - held_total, 0),
         "oldest_due": timeline.human_duration(timedelta(seconds=oldest))
         if oldest is not None
         else "",
@@ -113,7 +125,8 @@ def _history_url(name: str) -> str:
 
 def queues_page(request, run_admin):
     acted = set(QueueState.objects.values_list("name", flat=True))  # a handful of rows
-    context = {"queues": [_shown(row, acted) for row in queue_rows()]}
+    held = flow_holds.held_by_queue()
+    context = {"queues": [_shown(row, acted, held) for row in queue_rows()]}
     return render_page(
         request,
         run_admin,

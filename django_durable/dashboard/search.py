@@ -2,9 +2,9 @@
 
 ``key:`` takes everything after the first colon up to the next space (so
 ``key:article:42`` is the key ``article:42``); wrap a value in double quotes
-to include spaces (``key:"order 7"``). ``status:`` and ``workflow:`` match
-exactly. Anything else is free text: a run id, or a part of a key or a
-workflow name.
+to include spaces (``key:"order 7"``). ``status:``, ``workflow:``, ``queue:`` and
+``flow:`` (or ``flow_key:``, a run's flow key) match exactly. Anything else is
+free text: a run id, or a part of a key or a workflow name.
 
 A search is bounded whatever is typed: the text is cut at ``MAX_CHARS`` and at
 most ``MAX_WORDS`` free-text words are searched, each a ``LIKE`` in the one
@@ -27,11 +27,13 @@ from django.db.models import Q
 
 from django_durable.models import Run, Status
 
-FILTERS = ("key", "status", "workflow", "queue")
+FILTERS = ("key", "status", "workflow", "queue", "flow_key")
+# Other names a filter answers to: ``flow:tenant:7`` is ``flow_key:tenant:7``.
+ALIASES = {"flow": "flow_key"}
 MAX_CHARS = 1000
 MAX_WORDS = 8
 TEXT_WINDOW = 10_000
-TOKEN = re.compile(r'(?:(?P<name>[a-z]+):)?(?:"(?P<quoted>[^"]*)"?|(?P<bare>\S+))')
+TOKEN = re.compile(r'(?:(?P<name>[a-z_]+):)?(?:"(?P<quoted>[^"]*)"?|(?P<bare>\S+))')
 
 
 @dataclass
@@ -58,7 +60,7 @@ class RunSearch:
         if window and self.scans_text:
             self.notes.append(
                 f"Free text looks through the newest {TEXT_WINDOW:,} runs; "
-                "key:, status:, workflow: and queue: search every run."
+                "key:, status:, workflow:, queue: and flow: search every run."
             )
             start = window_start()
             if start is not None:
@@ -81,6 +83,7 @@ def parse(query: str | None) -> RunSearch:
     for match in TOKEN.finditer(query):
         name = match.group("name")
         value = match.group("quoted") if match.group("quoted") is not None else match.group("bare")
+        name = ALIASES.get(name, name)
         if name in FILTERS and value:
             if name == "status" and value not in Status.values:
                 search.errors.append(

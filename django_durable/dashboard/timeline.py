@@ -10,6 +10,7 @@ path back), and the child runs each step started.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -128,11 +129,14 @@ def build(run: Run, attempts: list[StepAttempt], now: datetime) -> Timeline | No
 class Node:
     index: int
     name: str
-    status: str  # "completed", "failed", "running", "waiting", "pending", "cancelled"
+    # "completed", "failed", "running", "waiting", "pending", "cancelled", or "carried"
+    # (over): a step before a rerun's from_step, done by its original, not run again.
+    status: str
     attempts: int = 0
     compensation: str | None = None  # the compensating method, when one ran
     compensation_status: str | None = None
     children: list[Run] = field(default_factory=list)
+    carried_from: uuid.UUID | None = None  # the original run that did the step
 
 
 STEP_STATUS = {
@@ -145,14 +149,22 @@ STEP_STATUS = {
 }
 
 
-def graph(step_names: list[str], attempts: list[StepAttempt], children: list[Run]) -> list[Node]:
-    """The run's steps in order with what happened to each."""
+def graph(
+    step_names: list[str], attempts: list[StepAttempt], children: list[Run], run: Run | None = None
+) -> list[Node]:
+    """The run's steps in order with what happened to each. A run started by
+    ``rerun(from_step=...)`` did not run the steps before that one: they are "carried
+    over" from its original (``run.rerun_of_id``), unless it has an attempt of one."""
     names = list(step_names)
     for attempt in attempts:  # a step the deployed definition no longer has
         if attempt.kind == StepAttempt.Kind.STEP and attempt.step_index >= len(names):
             names.extend(["?"] * (attempt.step_index + 1 - len(names)))
             names[attempt.step_index] = attempt.step
     nodes = [Node(i, name, "pending") for i, name in enumerate(names)]
+    origin = run.rerun_from_step if run is not None else None
+    if origin is not None and origin in names:
+        for node in nodes[: names.index(origin)]:
+            node.status, node.carried_from = "carried", run.rerun_of_id
     for attempt in attempts:
         if attempt.step_index >= len(nodes):
             continue

@@ -34,7 +34,7 @@ from django_durable.dashboard.filters import KeyFilter, RunFilter
 from django_durable.dashboard.paging import page_of
 from django_durable.dashboard.site import render_page
 from django_durable.models import Run, StepAttempt
-from django_durable.operations import flow_reports
+from django_durable.operations import flow_holds, flow_reports
 from django_durable.workflows.definition import registry
 from django_durable.workflows.flow import flow_limits
 
@@ -95,7 +95,7 @@ def _decorate(rows: list[Run]) -> list[Run]:
         run.step_total = len(definition.steps) if definition else None
         run.step_number = run.step_index + 1
         run.error_headline = _headline(run.error)
-        run.short_id = str(run.id)[:12] + "…"
+        run.short_id = str(run.id)[:8]  # the whole id in the link's title
         run.created = When.of(run.created_at)
         run.finished = When.of(run.finished_at) if run.finished_at else None
         ended, began = run.finished_at, run.started_at or run.created_at
@@ -108,14 +108,15 @@ class When:
     """A time as the rows show it, in the current timezone."""
 
     iso: str
-    text: str
+    day: str  # the date and the clock apart: a narrow column breaks between them
+    clock: str
     title: str
 
     @classmethod
     def of(cls, at: datetime) -> When:
         local = localtime(at)
-        text = local.strftime("%Y-%m-%d %H:%M:%S")
-        return cls(local.isoformat(), text, f"{text} {local.strftime('%Z')}")
+        day, clock = local.strftime("%Y-%m-%d"), local.strftime("%H:%M:%S")
+        return cls(local.isoformat(), day, clock, f"{day} {clock} {local.strftime('%Z')}")
 
 
 def _headline(error) -> str:
@@ -236,7 +237,7 @@ def run(request, run_admin, run_id):
         "now_sentence": flow_reports.describe(found),  # what it does or waits for
         "replay": rerun.replay_of(found),  # dashboard/rerun.py
         "timeline": timeline.build(found, attempts, at),
-        "graph": timeline.graph(step_names, attempts, children),
+        "graph": timeline.graph(step_names, attempts, children, found),
         "elapsed": timeline.human_duration(
             (found.finished_at or at) - (found.started_at or found.created_at)
         ),
@@ -315,8 +316,11 @@ def _flow_keys(definition) -> dict | None:
     if definition is None or (definition.flow_key is None and flow_limits(definition) is None):
         return None
     rows = flow_reports.flow_stats(definition, limit=FLOW_KEYS_SHOWN + 1)
+    shown = rows[:FLOW_KEYS_SHOWN]
+    for row, start in zip(shown, flow_holds.next_starts(definition, shown), strict=True):
+        row["next_start"] = start
     return {
-        "rows": rows[:FLOW_KEYS_SHOWN],
+        "rows": shown,
         "more": len(rows) > FLOW_KEYS_SHOWN,
         "declared": flow_reports.declared_text(definition),
     }

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django_durable import conf, store
 from django_durable.models import FINISHED_STATUSES, QueueState, Run, Status, WorkerNode
 from django_durable.operations.calls import public_call
+from django_durable.operations.flow_holds import ceil_second
 from django_durable.workflows.definition import Workflow, registry
 from django_durable.workflows.flow import flow_limits
 
@@ -82,7 +83,11 @@ def declared_text(definition: type[Workflow]) -> str:
     return ", ".join(parts)
 
 
-def _when(at: datetime) -> str:
+def _when(at: datetime, *, ahead: bool = False) -> str:
+    """``at`` to the second; a time ``ahead`` (something may happen then) rounded up,
+    never named early."""
+    if ahead:
+        at = ceil_second(at)
     return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
@@ -93,7 +98,7 @@ def _waiting_for(run: Run) -> str:
     if what.startswith("input:"):
         return f"Waiting for the input {what[6:]!r}."
     if what == "sleep" and run.due_at is not None:
-        return f"Sleeping until {_when(run.due_at)}."
+        return f"Sleeping until {_when(run.due_at, ahead=True)}."
     if what == "children":
         return "Waiting for its child runs to finish."
     return f"Waiting ({what or 'for a timer'})."
@@ -165,7 +170,7 @@ def _limit_reason(run: Run, at: datetime) -> str | None:
         if n >= limits.rate.limit:
             return (
                 f"Its flow key {run.flow_key!r} is at its rate ({limits.rate}): "
-                f"next begin at {_when(oldest + limits.rate.per)}."
+                f"next begin at {_when(oldest + limits.rate.per, ahead=True)}."
             )
     return None
 
@@ -206,7 +211,7 @@ def describe(run: Run) -> str:
             return f"Not due: it waits for run {run.runs_after_id} to give up its key."
         return "Not due: nothing has made it due yet."
     if run.due_at > at:
-        return f"Not due until {_when(run.due_at)}."
+        return f"Not due until {_when(run.due_at, ahead=True)}."
     if QueueState.objects.filter(name=run.queue, paused=True).exists():
         return f"Its queue {run.queue!r} is paused."
     reason = _limit_reason(run, at)

@@ -73,6 +73,7 @@ from django_durable.store.estimates import (
     status_estimates,
 )
 from django_durable.store.flow_reads import (
+    HELD_STATUSES,
     begins_in_window,
     due_by_key,
     running_by_key,
@@ -181,6 +182,7 @@ from django_durable.store.workers import (
 )
 
 __all__ = [
+    "HELD_STATUSES",
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",
