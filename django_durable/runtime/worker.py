@@ -129,6 +129,7 @@ class Worker:
         self._run_seconds: float | None = None  # how long runs take (moving average)
         self._wake = False
         self._stopping = threading.Event()
+        self._stop_asked: float | None = None  # time.monotonic() of the first stop()
         self._finished = threading.Event()
         self._failed = False
         self.notifier: Notifier | None = None
@@ -200,12 +201,22 @@ class Worker:
         for thread in threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         connections.close_all()
-        logger.info("worker %s stopped (%d runs executed)", self.worker_id, self.runs_executed)
+        took = time.monotonic() - (self._stop_asked or time.monotonic())
+        logger.info(
+            "worker %s stopped (%d runs executed), %.3fs after it began to stop",
+            self.worker_id,
+            self.runs_executed,
+            took,
+        )
         return 1 if self._failed else 0
 
     def stop(self) -> None:
         """Stop claiming; running runs stop after their current step and are handed back."""
+        if self._stop_asked is None:
+            self._stop_asked = time.monotonic()
         self._stopping.set()
+        if self.notifier is not None:
+            self.notifier.interrupt()  # not at its LISTEN's next slice
         with self._lock:
             self._run_ready.notify_all()
             self._dispatch.notify_all()
