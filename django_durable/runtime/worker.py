@@ -464,7 +464,9 @@ class Worker:
         if run.status in (Status.RUNNING, Status.COMPENSATING):
             outcome = self._give_up(held)
         said = telling.outcome(run, outcome, steps, time.monotonic() - started)
-        logger.info("run %s (%s) %s", run.id, run.workflow, said, extra=telemetry.log_fields(run))
+        # A failure was said at ERROR, with its traceback, where it was recorded.
+        log = logger.debug if getattr(run, "failure_said", None) else logger.info
+        log("run %s (%s) %s", run.id, run.workflow, said, extra=telemetry.log_fields(run))
 
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
