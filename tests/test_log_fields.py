@@ -208,7 +208,7 @@ def test_the_json_logging_example_of_the_docs_runs_in_a_durable_worker(tmp_path)
         "wobble",
         2,
     )
-    assert retry["level"] == "INFO"
+    assert retry["level"] == "WARNING"  # a failed attempt, with its type and message
     started = [line for line in lines if "started: step" in line["message"]]
     assert [(line["attempt"], line["worker_id"]) for line in started] == [
         (1, "json-worker"),

@@ -202,16 +202,18 @@ def test_sigterm_finishes_the_current_step_hands_back_the_rest_and_exits_0(worke
     assert effects(run_id) == ["first", "second"]
 
 
-def test_sigterm_hands_back_a_step_that_outlives_the_grace_period(workers, tmp_path):
-    worker = workers.start(grace_seconds=1, poll_seconds=0.2)
+def test_sigterm_keeps_a_run_whose_step_outlives_the_grace_period_for_its_lease(workers, tmp_path):
+    worker = workers.start("--worker-id", "overdue", grace_seconds=1, poll_seconds=0.2)
     run_id = durable.start(WorkerBlocking, {"dir": str(tmp_path)})
     wait_until((tmp_path / "first-started-1").exists, 60, "the step to start")
 
     worker.send(signal.SIGTERM)
     assert worker.wait(30) == 0
+    # Not handed back while its step executed (tests/test_stopping_processes.py):
+    # the run comes back through its lease, as after a crash.
     run = Run.objects.get(id=run_id)
-    assert (run.status, run.step_index, run.worker_id) == ("pending", 0, None)
-    assert "still running after the grace period" in worker.output()
+    assert (run.status, run.step_index, run.worker_id) == ("running", 0, "overdue")
+    assert "still in its step after the grace period" in worker.output()
 
 
 def test_a_second_signal_exits_at_once(workers, tmp_path):

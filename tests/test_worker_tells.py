@@ -77,12 +77,14 @@ def test_a_failed_run_is_logged_with_its_step_attempt_and_exception(define, said
     (error,) = said(failure, logging.ERROR)
     assert error.exc_info is not None  # the traceback, once for the run
     assert "card declined" in "".join(__import__("traceback").format_exception(*error.exc_info))
-    # The worker's own line for the run says the same, not "failed after 1 step(s)".
-    (summary,) = said(f"run {run_id} (tells_charge) failed in step 'charge'", logging.INFO)
-    assert "ValueError: card declined" in summary.getMessage()
+    # Said once above INFO: the worker's own line for the claim is at DEBUG (and says
+    # where and why, not "failed after 1 step(s)").
+    failed = f"run {run_id} (tells_charge) failed in step 'charge'"
+    assert [r.levelno for r in said(failed)] == [logging.ERROR, logging.DEBUG]
     assert not said("failed after")
-    # The attempts before it: type and message, the next attempt, no traceback at INFO.
-    retries = said("step 'charge' failed (attempt", logging.INFO)
+    # The attempts before it: a WARNING with type and message and the next attempt;
+    # the traceback at DEBUG.
+    retries = said("step 'charge' failed (attempt", logging.WARNING)
     assert [r.getMessage().split(": ", 1)[1] for r in retries] == [
         "ValueError: card declined; attempt 2 due now",
         "ValueError: card declined; attempt 3 due now",
@@ -114,7 +116,7 @@ def test_a_run_that_fails_by_its_timeout_is_logged(define, said):
     burst()
     timed_out = f"run {run_id} (tells_timeout) failed: Timeout: the run passed its timeout"
     assert len(said(timed_out, logging.ERROR)) == 1
-    assert len(said(timed_out, logging.INFO)) == 1  # the worker's line for the claim
+    assert len(said(timed_out, logging.DEBUG)) == 1  # the worker's line for the claim
 
 
 # --- what a worker serves ---------------------------------------------------------------
@@ -141,7 +143,12 @@ def test_a_run_that_fails_by_its_timeout_is_logged(define, said):
         (
             (["a", "b"], ["task:"]),
             ["a", "b"],
-            "serves 2 workflow(s): a, b, task:*",
+            "serves the 2 workflows a, b and every Django task (runs of other",
+        ),
+        (
+            (["process_article"], ["task:"]),
+            ["process_article"],
+            "serves the workflow process_article and every Django task (runs",
         ),
     ],
 )

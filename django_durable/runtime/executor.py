@@ -420,7 +420,7 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
     else:
         when = "due now" if retry_at <= store.now() else f"at {retry_at.isoformat()}"
         fields = telemetry.log_fields(run, step=step.name)
-        logger.info(
+        logger.warning(
             "run %s (%s) step %r failed (attempt %d of %d): %s; attempt %d %s",
             run.id,
             run.workflow,

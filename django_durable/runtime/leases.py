@@ -112,9 +112,12 @@ class Outage:
 
 def heartbeat_loop(worker: Worker, finished: threading.Event) -> None:
     """The heartbeat thread: ``worker.heartbeat()`` every heartbeat interval until
-    ``finished``; a failure is reported once per outage (``worker.outage``)."""
+    ``finished``, and after it for as long as a step of the worker still executes
+    (one that outlived the shutdown grace: its lease must outlive its execution, so
+    that no other worker begins the run while it runs here; it ends with the
+    process). A failure is reported once per outage (``worker.outage``)."""
     try:
-        while not finished.wait(worker.heartbeat_interval):
+        while not finished.wait(worker.heartbeat_interval) or worker.executing():
             try:
                 worker.heartbeat()
             except DatabaseError as exc:

@@ -15,11 +15,18 @@ connection) and says "listening" only when that one arrives. When it does not
 arrive within ``verify_timeout`` seconds it logs a warning naming
 ``DURABLE["LISTEN_DATABASE"]`` and the worker goes on polling; ``verified``
 tells which happened (``doctor`` and the tests read it).
+
+A stopping worker must not wait for the LISTEN's next slice: the notifier waits with
+``select`` on the LISTEN's socket and on a socket of its own that ``interrupt()``
+writes to, so it ends as soon as the worker stops.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select
+import socket
 import threading
 import time
 import uuid
@@ -97,8 +104,32 @@ class Notifier(threading.Thread):
         self.verified: bool | None = None
         # Set as soon as ``verified`` is True or False.
         self.checked = threading.Event()
+        # While ``run`` runs: ``interrupt()`` writes to ``_waker``; a wait for
+        # notifications also watches ``_woken``.
+        self._woken: socket.socket | None = None
+        self._waker: socket.socket | None = None
+
+    def interrupt(self) -> None:
+        """End the current wait for notifications now (the worker is stopping: the
+        stop flag is set first). Safe in a signal handler: one non-blocking send."""
+        waker = self._waker
+        if waker is None:
+            return  # not running yet: it looks at the stop flag before it waits
+        # OSError: the buffer is full (a wake-up is pending anyway) or it is closed.
+        with contextlib.suppress(OSError):
+            waker.send(b"\0")
 
     def run(self) -> None:
+        self._woken, self._waker = socket.socketpair()
+        self._woken.setblocking(False)
+        self._waker.setblocking(False)
+        try:
+            self._run()
+        finally:
+            self._woken.close()
+            self._waker.close()
+
+    def _run(self) -> None:
         delay = 1.0
         warned = False  # a WARNING once per outage; the retries that follow are INFO
         while not self.stop.is_set():
@@ -137,7 +168,7 @@ class Notifier(threading.Thread):
         # A run may have become due while nobody listened: look once now.
         self.on_wake()
         while not self.stop.is_set():
-            for notice in listener.notifies(timeout=LISTEN_SLICE):
+            for notice in self._notices(listener):
                 if notice.payload == check:
                     pending = False
                     self._arrived(time.monotonic() - sent, late=warned)
@@ -148,6 +179,19 @@ class Notifier(threading.Thread):
             if pending and not warned and time.monotonic() - sent > self.verify_timeout:
                 warned = True
                 self._missing()
+
+    def _notices(self, listener) -> list:
+        """The notifications that arrive within ``LISTEN_SLICE`` seconds; none, at
+        once, when ``interrupt()`` is called."""
+        readable, _, _ = select.select([listener.fileno(), self._woken], [], [], LISTEN_SLICE)
+        if self._woken in readable:
+            with contextlib.suppress(BlockingIOError):
+                while self._woken.recv(64):
+                    pass
+            if self.stop.is_set():
+                return []
+        # Also after a timeout: what arrived during the LISTEN itself waits in psycopg.
+        return list(listener.notifies(timeout=0))
 
     def concerns(self, payload: str) -> bool:
         """Does a NOTIFY with this payload call for a claim? (Another worker's check does not.)"""

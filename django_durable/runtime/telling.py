@@ -16,6 +16,8 @@ __all__ = ["burst_left", "error_said", "outcome", "served", "step_failed"]
 
 # Shown by name in a start-up line; beyond it, counted.
 NAMES_SHOWN = 20
+# The names of the Django Tasks backend's workflows begin with it (tasks/workflows.py).
+TASK_PREFIX = "task:"
 
 
 def error_said(error: Any) -> str:
@@ -71,11 +73,19 @@ def served(served: tuple[list[str], list[str]] | None, registered: Sequence[Any]
             f"serves no workflow defined in its code, only those found by name: {found} "
             "(workflows are found in the workflows.py module of each app in INSTALLED_APPS)"
         )
-    listed = _names(names) + (f", {found}" if found else "")
-    return (
-        f"serves {len(names)} workflow(s): {listed} (runs of other workflows wait for a "
-        "worker that has their code)"
-    )
+    listed = _names(names)
+    listed = f"the workflow {listed}" if len(names) == 1 else f"the {len(names)} workflows {listed}"
+    if prefixes:
+        listed += " and " + " and ".join(_prefix_said(prefix) for prefix in prefixes)
+    return f"serves {listed} (runs of other workflows wait for a worker that has their code)"
+
+
+def _prefix_said(prefix: str) -> str:
+    """``every Django task`` for the Tasks backend's workflows (``task:``), else
+    ``every workflow whose name starts with 'x'``."""
+    if prefix == TASK_PREFIX:
+        return "every Django task"
+    return f"every workflow whose name starts with {prefix!r}"
 
 
 def _names(names: Sequence[str]) -> str:

@@ -20,8 +20,8 @@ NOTIFY.
   statement that succeeds again: it never waits for its lease, and it is not counted
   as a lost worker (``MAX_RECOVERIES``).
 - The first SIGTERM/SIGINT stops claiming; running runs stop after their current step and
-  are handed back to ``pending``; what is still running after ``DURABLE["SHUTDOWN_GRACE"]``
-  is handed back too. A second signal exits at once.
+  are handed back to ``pending``, never while their step executes (``runtime/stopping.py``:
+  after ``DURABLE["SHUTDOWN_GRACE"]``). A second signal exits at once.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from django_durable.models import Run, Status
 from django_durable.operations import calls
 from django_durable.runtime import executor, leases, maintenance, stopping, telling
 from django_durable.runtime.errors import is_connection_fault
-from django_durable.runtime.handbacks import HandBacks, hand_back_quietly
+from django_durable.runtime.handbacks import HandBacks
 from django_durable.runtime.notifier import Notifier
 from django_durable.runtime.recorder import Recorder
 from django_durable.workflows.definition import registry
@@ -129,6 +129,7 @@ class Worker:
         self._run_seconds: float | None = None  # how long runs take (moving average)
         self._wake = False
         self._stopping = threading.Event()
+        self._stop_asked: float | None = None  # time.monotonic() of the first stop()
         self._finished = threading.Event()
         self._failed = False
         self.notifier: Notifier | None = None
@@ -153,12 +154,14 @@ class Worker:
         if not store.db().in_atomic_block:
             store.db().close()  # this thread only waits from now on; the others have their own
         restore = stopping.install_signal_handlers(self) if install_signal_handlers else None
-        threads = [
+        slots = [
             threading.Thread(target=self._slot_loop, name=f"durable-slot-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
+        heartbeat = threading.Thread(target=leases.heartbeat_loop, args=(self, self._finished))
+        heartbeat.name, heartbeat.daemon = "durable-heartbeat", True
+        threads = [*slots, heartbeat]
         for target, args, name in (
-            (leases.heartbeat_loop, (self, self._finished), "durable-heartbeat"),
             (self.upkeep.loop, (), "durable-maintenance"),
             (self._dispatch_loop, (), "durable-dispatch"),
         ):
@@ -195,17 +198,26 @@ class Worker:
         finally:
             if restore:
                 restore()
-        # Threads still in a step past the grace period are left behind (daemons).
+        # Threads still in a step past the grace period are left behind (daemons), and
+        # the heartbeat that renews their leases until the process exits.
+        left = self.executing()
         deadline = time.monotonic() + 2
         for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if not left or (thread is not heartbeat and thread not in slots):
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
         connections.close_all()
-        logger.info("worker %s stopped (%d runs executed)", self.worker_id, self.runs_executed)
+        took = time.monotonic() - (self._stop_asked or time.monotonic())
+        said = "worker %s stopped (%d runs executed), %.3fs after it began to stop"
+        logger.info(said, self.worker_id, self.runs_executed, took)
         return 1 if self._failed else 0
 
     def stop(self) -> None:
         """Stop claiming; running runs stop after their current step and are handed back."""
+        if self._stop_asked is None:
+            self._stop_asked = time.monotonic()
         self._stopping.set()
+        if self.notifier is not None:
+            self.notifier.interrupt()  # not at its LISTEN's next slice
         with self._lock:
             self._run_ready.notify_all()
             self._dispatch.notify_all()
@@ -234,6 +246,11 @@ class Worker:
             workflows=self.workflows,
             prefixes=self.prefixes,
         )
+
+    def executing(self) -> bool:
+        """Is a step of this worker executing (or a run between its steps)?"""
+        with self._lock:
+            return bool(self._executing)
 
     def held(self) -> list[Held]:
         with self._lock:
@@ -447,7 +464,9 @@ class Worker:
         if run.status in (Status.RUNNING, Status.COMPENSATING):
             outcome = self._give_up(held)
         said = telling.outcome(run, outcome, steps, time.monotonic() - started)
-        logger.info("run %s (%s) %s", run.id, run.workflow, said, extra=telemetry.log_fields(run))
+        # A failure was said at ERROR, with its traceback, where it was recorded.
+        log = logger.debug if getattr(run, "failure_said", None) else logger.info
+        log("run %s (%s) %s", run.id, run.workflow, said, extra=telemetry.log_fields(run))
 
     def _give_up(self, held: Held) -> str:
         """The run is still claimed in memory: hand it back, or say who has it now."""
@@ -459,40 +478,24 @@ class Worker:
         """Renew this worker's leases; the ids of the runs it lost (``leases.renew``)."""
         return leases.renew(self)
 
-    # --- shutdown --------------------------------------------------------------
+    # --- shutdown (runtime/stopping.py) ------------------------------------------
 
-    def _shutdown(self) -> None:
-        self.stop()
+    def take_unstarted(self) -> list[Held]:
+        """The runs claimed but not started, and those kept during an outage."""
         with self._lock:
             unstarted = [*self._ready, *self.handbacks.take_all()]
             self._ready.clear()
-        for held in unstarted:
-            hand_back_quietly(held)
-        deadline = time.monotonic() + self.shutdown_grace
+        return unstarted
+
+    def wait_for_steps(self, seconds: float, among: list[Held] | None = None) -> list[Held]:
+        """Wait up to ``seconds`` until no run (of ``among``) executes; those that still do."""
+        deadline = time.monotonic() + seconds
         with self._lock:
-            if self._executing:
-                logger.info(
-                    "worker %s: waiting up to %.0fs for %d running step(s)",
-                    self.worker_id,
-                    self.shutdown_grace,
-                    len(self._executing),
-                )
-            while self._executing and (remaining := deadline - time.monotonic()) > 0:
+            while (left := [h for h in among or [*self._executing] if h in self._executing]) and (
+                remaining := deadline - time.monotonic()
+            ) > 0:
                 self._dispatch.wait(remaining)
-            overdue = list(self._executing)
-        if self.recorder:
-            self.recorder.stop()
-            self.recorder.wait_until_written(max(deadline - time.monotonic(), 5.0))
-        for held in overdue:
-            held.run.lease_lost = True
-            hand_back_quietly(held)
-            logger.warning(
-                "run %s (%s) was still running after the grace period: handed back",
-                held.run.id,
-                held.run.workflow,
-                extra=telemetry.log_fields(held.run),
-            )
-        try:
-            store.unregister_worker(self.worker_id)
-        except DatabaseError as exc:
-            logger.warning("could not unregister worker %s (%s)", self.worker_id, exc)
+            return left
+
+    def _shutdown(self) -> None:
+        stopping.shut_down(self)

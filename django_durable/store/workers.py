@@ -175,6 +175,11 @@ class Listener:
         ``stop_after`` of them)."""
         return self.connection.connection.notifies(timeout=timeout, stop_after=stop_after)
 
+    def fileno(self) -> int:
+        """The session's socket, to wait on with ``select`` beside other files: it is
+        readable when a notification may have arrived (``notifies(timeout=0)`` reads it)."""
+        return self.connection.connection.fileno()
+
     def close(self) -> None:
         self.connection.close()
 

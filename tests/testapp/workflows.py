@@ -347,3 +347,4 @@ class KeyedOnce(Workflow):
 
 
 from .workflows_flow import *  # noqa: E402, F401, F403  (flow control by key)
+from .workflows_stopping import *  # noqa: E402, F401, F403  (stopping workers)

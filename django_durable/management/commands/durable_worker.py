@@ -1,3 +1,4 @@
+import gc
 import logging
 import os
 import signal
@@ -110,6 +111,11 @@ class Command(BaseCommand):
             super().run_from_argv(argv)
         finally:
             self.start_signals.restore()
+            # The process ends now: what lives now lives until then, so the collector
+            # need not walk it again while the interpreter exits (half a second for
+            # Django and a project's modules on a busy machine, against a supervisor's
+            # wait for an idle worker). Exit handlers (atexit) still run.
+            gc.freeze()
 
     def add_arguments(self, parser):
         parser.add_argument(
