@@ -103,6 +103,10 @@ def test_a_worker_prints_the_frameworks_task_lines_with_the_traceback(workers):
     failed_at = output.index(f"Task id={failing.id} path={failing_path} state=FAILED")
     assert "Traceback" in output[failed_at:]
     assert "ValueError: this task failed with a ValueError" in output[failed_at:]
+    # The framework's line carries the traceback: the worker's own says the failure
+    # once, without a second traceback, and names no internal step.
+    assert output.count("Traceback (most recent call last)") == 1, output
+    assert "_run_task" not in output, output
 
 
 def test_a_task_path_that_no_longer_imports_fails_with_import_error(workers):

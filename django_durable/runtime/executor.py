@@ -413,7 +413,7 @@ def _failed(workflow, run: Run, step: StepDef, started_at, exc: BaseException, *
             run.id,
             run.workflow,
             run.failure_said,
-            exc_info=exc,
+            exc_info=exc if workflow.log_failure_traceback else None,
             extra=telemetry.log_fields(run, step=step.name),
         )
         _finished(run)

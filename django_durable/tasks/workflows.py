@@ -110,7 +110,9 @@ def workflow_for(task: Task) -> type[Workflow]:
             "concurrency_per_key": options.concurrency_per_key,
             "rate_per_key": options.rate_per_key,
             "concurrency": options.concurrency,
-            STEP: step(_run_task, retries=options.retries, backoff=options.backoff),
+            # The framework logs a failed task's traceback (task_finished).
+            "log_failure_traceback": False,
+            STEP: step(run_task, retries=options.retries, backoff=options.backoff),
         }
         workflow = type(f"TaskWorkflow[{task.module_path}]", (Workflow,), namespace)
         _workflows[name] = workflow
@@ -173,7 +175,7 @@ def _send(signal, sender: type, result: TaskResult) -> None:
             )
 
 
-def _run_task(self, ctx):
+def run_task(self, ctx):
     """The one step of a task's workflow: call the task function with the run's input."""
     run = durable.get_run(ctx.run_id)
     task = task_of_run(run)

@@ -340,6 +340,10 @@ class Workflow:
     concurrency_per_key: ClassVar[int | None] = None
     rate_per_key: ClassVar[Rate | None] = None
     concurrency: ClassVar[int | None] = None
+    # False where something else logs a failed run's traceback: Django's tasks
+    # framework does for a task (its task_finished line), so the worker's line for it
+    # says the failure without a second traceback.
+    log_failure_traceback: ClassVar[bool] = True
     steps: ClassVar[tuple[StepDef, ...]] = ()
     _step_names: ClassVar[tuple[str, ...]] = ()
 
