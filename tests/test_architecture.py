@@ -268,15 +268,6 @@ def test_private_names_stay_inside_their_package():
     assert crossing == []
 
 
-def test_modules_are_small():
-    big = {
-        name: length
-        for name, path in modules().items()
-        if (length := len(path.read_text().splitlines())) > 500
-    }
-    assert big == {}
-
-
 def test_only_public_interfaces_of_django_and_psycopg():
     forbidden = re.compile(
         r"ServerBindingCursor|ModelState\(|cursor_factory|prepare_threshold *=|"
