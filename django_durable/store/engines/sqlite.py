@@ -59,9 +59,8 @@ START_BATCH = None
 
 # --- claiming ------------------------------------------------------------------------
 
-# None: SQLite serialises writers, so CLAIM's count of a limited queue's room and the
-# claim are one write already.
-LOCK_LIMITED_QUEUES = None
+# None: SQLite's transactions are serialisable writers; no level to set.
+CLAIM_LEVEL = None
 
 # Claim up to %(limit)s due runs in one statement (SQLite serialises writers: no row
 # locks, no advisory lock, every count and the claim are one write): the due runs of the queues in
@@ -202,6 +201,11 @@ def workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) ->
         "workflows": None if workflows is None else json.dumps(list(workflows)),
         "prefixes": json.dumps(list(prefixes)),
     }
+
+
+def sets_claim_level(connection) -> bool:
+    """Never: SQLite has no level to set (CLAIM_LEVEL)."""
+    return False
 
 
 def lease_params(at: datetime, lease: timedelta) -> dict:
