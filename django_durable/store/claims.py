@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
-from django_durable.store import flow, observers
+from django_durable.store import flow, observers, slots
 from django_durable.store.base import (
     RUN_ATTNAMES,
     atomic,
@@ -78,15 +78,20 @@ def claim(
     if limits is None:
         limits = conf.queue_limits()
     served_limits = _limits_served(queues, limits)
+    served_flow = flow.served_limits(flow_limits, workflows, prefixes)
     params = {
         "worker_id": worker_id,
         "limit": limit,
         **eng.queue_params(queues, served_limits),
         **eng.workflow_params(workflows, prefixes),
         **eng.lease_params(at, lease),
-        **eng.flow_params(flow.served_limits(flow_limits, workflows, prefixes), at, connection),
+        **eng.flow_params(served_flow, at, connection),
     }
-    if eng.ROWS_NEED_BACKEND_CONVERTERS:  # dates as text: the backend converts them
+    if not eng.CLAIM_GIVES_SLOTS and (served_limits or served_flow):
+        with atomic():  # the claim and its slots, one serialised write
+            runs = list(Run.objects.raw(eng.CLAIM, params))
+            slots.give_slots(runs, served_limits, served_flow)
+    elif eng.ROWS_NEED_BACKEND_CONVERTERS:  # dates as text: the backend converts them
         runs = list(Run.objects.raw(eng.CLAIM, params))
     elif eng.sets_claim_level(connection) and not connection.in_atomic_block:
         with atomic():  # the level first, then the claim, in one transaction

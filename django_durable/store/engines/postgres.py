@@ -228,6 +228,9 @@ FROM durable_claim_v5(
 )
 """
 
+# durable_claim_v5 gives the claimed runs' slots in its statement.
+CLAIM_GIVES_SLOTS = True
+
 # None: durable_claim_v5 records the turns it gave in the claim's statement.
 TAKE_TURNS = None
 
