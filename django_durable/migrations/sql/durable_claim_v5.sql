@@ -163,10 +163,11 @@ BEGIN
                 WHERE CASE  -- in this order: the lock is tried last
                     WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
                               OR walk.workflow LIKE ANY (p_prefixes)) THEN false
-                    WHEN NOT EXISTS (SELECT 1 FROM durable_run AS r WHERE r.queue = v_name
+                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name  -- a due run
                             AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow
                             AND r.status IN ('pending', 'waiting', 'compensating')
-                            AND r.due_at IS NOT NULL AND r.due_at <= v_now) THEN false
+                            AND r.due_at IS NOT NULL AND r.flow_key IS NOT NULL AND r.due_at <= v_now
+                          ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) IS NULL THEN false
                     WHEN l.key_cap IS NULL AND l.rate IS NULL THEN true
                     ELSE pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_key:'
                          || length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key, 0))
