@@ -73,14 +73,15 @@ INSERT INTO durable_run (
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs, flow_key
+    rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
     %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s
+    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s,
+    %(flow_slot)s, %(workflow_slot)s, %(queue_slot)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -121,7 +122,8 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at,
         timeout_at, debounce_deadline, waiting_for, state, worker_id,
         lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
-        started_at, finished_at, rerun_of_id, rerun_from_step, inputs, flow_key
+        started_at, finished_at, rerun_of_id, rerun_from_step, inputs, flow_key,
+        flow_slot, workflow_slot, queue_slot
     )
     SELECT
         %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
@@ -134,7 +136,8 @@ new AS (
         %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
         %(created_at)s::timestamptz, %(started_at)s::timestamptz,
         %(finished_at)s::timestamptz, %(rerun_of_id)s::uuid, %(rerun_from_step)s::varchar,
-        %(inputs)s::jsonb, %(flow_key)s::varchar
+        %(inputs)s::jsonb, %(flow_key)s::varchar, %(flow_slot)s::smallint,
+        %(workflow_slot)s::smallint, %(queue_slot)s::smallint
     WHERE EXISTS (SELECT 1 FROM released)
     RETURNING id
 ),
@@ -168,13 +171,13 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
         recoveries, step_names, trace_context, created_at, started_at, finished_at,
-        rerun_of_id, rerun_from_step, inputs, flow_key
+        rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
            NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key
+           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key, NULL, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
