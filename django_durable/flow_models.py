@@ -40,8 +40,6 @@ class FlowTurn(models.Model):
         return f"{self.queue} {self.flow_key or '(no flow key)'} at {self.claimed_at}"
 
 
-
-
 class FlowRateSlot(models.Model):
     """One of a flow key's ``rate_per_key`` slots (docs/flow-control.md, "Rates"): a
     workflow with ``Rate(limit, per)`` has ``limit`` slots per flow key, numbered from

@@ -177,7 +177,8 @@ new AS (
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
            NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key, NULL, NULL, NULL
+           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key,
+           NULL, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
