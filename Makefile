@@ -10,7 +10,7 @@ VENV313 ?= .venv313
 PYTHON313 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) \
 	$(shell command -v python3.13 2>/dev/null))
 
-.PHONY: install install-py313 install-demo test test-sqlite test-postgres test-py313 demo lint format bench bench-quick migrations-check
+.PHONY: install install-py313 install-demo dist test test-sqlite test-postgres test-py313 demo lint format bench bench-quick migrations-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,15 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
+
+# The sdist and the wheel in dist/, the wheel built from the sdist (so the sdist must
+# hold all a build needs), offline with the test extra's setuptools; then checked:
+# twine's metadata and README rendering, and what each holds (scripts/check-dist.py).
+dist: install
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/python scripts/check-dist.py dist
 
 # The whole suite: lint, migrations in sync, then PostgreSQL and SQLite.
 test: install

@@ -16,12 +16,13 @@ from functools import cached_property
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.views.main import SEARCH_VAR
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
-from django_durable.dashboard import search
+from django_durable.dashboard import search, values
 from django_durable.dashboard.counts import BOUND
 from django_durable.dashboard.urls import APP_NAME, patterns
 from django_durable.models import (
@@ -40,11 +41,21 @@ if admin.site.index_template is None:
     admin.site.index_template = "django_durable/admin_index.html"
 
 
+# The JSON columns of a run that may be large (what callers pass in is capped by
+# DURABLE["MAX_VALUE_BYTES"], but folded inputs, the state and old rows are not).
+_BIG_VALUES = ("input", "inputs", "context", "result", "error", "state")
+
+
 def _dashboard_url(name: str, *args) -> str | None:
     try:
         return reverse(f"django_durable:{name}", args=args)
     except NoReverseMatch:
         return None
+
+
+def _run_link(run_id) -> str:
+    url = _dashboard_url("run", run_id) if run_id else None
+    return format_html('<a href="{}">{}</a>', url, run_id) if url else (str(run_id or "—"))
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -144,13 +155,86 @@ class RunAdmin(ReadOnlyAdmin):
         """The dashboard's pages on this admin's site, for ``include()``."""
         return patterns(self), APP_NAME
 
+    # The change page never renders a JSON value whole (a run's input was once 209 MB
+    # of page): each is read as its head and length (dashboard.values) and shown
+    # read-only, cut, with its size and a link to the dashboard. Its links to the
+    # parent and the run waiting behind are ids, not the related runs loaded whole.
+    exclude = (*_BIG_VALUES, "runs_after", "parent")
+    readonly_fields = (
+        "parent_run",
+        "runs_after_run",
+        *(f"{name}_shown" for name in _BIG_VALUES),
+    )
+
     def get_queryset(self, request):
-        return super().get_queryset(request).defer("input", "context", "result", "state")
+        return super().get_queryset(request).defer(*_BIG_VALUES)
+
+    def get_object(self, request, object_id, from_field=None):
+        """The run with each big value's head and length, never the value whole."""
+        runs = values.with_heads(self.get_queryset(request), _BIG_VALUES)
+        field = Run._meta.pk if from_field is None else Run._meta.get_field(from_field)
+        try:
+            return runs.get(**{field.name: field.to_python(object_id)})
+        except (Run.DoesNotExist, ValidationError, ValueError):
+            return None
 
     @admin.display(description="dashboard")
     def dashboard(self, run):
         url = _dashboard_url("run", run.id)
         return format_html('<a href="{}">open</a>', url) if url else "—"
+
+    @admin.display(description="parent")
+    def parent_run(self, run):
+        return _run_link(run.parent_id)
+
+    @admin.display(description="runs after")
+    def runs_after_run(self, run):
+        return _run_link(run.runs_after_id)
+
+    def _shown(self, run, name: str):
+        value = values.heads(run, (name,))[name]
+        if value.text is None:
+            return "—"
+        if not value.truncated:
+            return format_html('<pre style="white-space: pre-wrap">{}</pre>', value.text)
+        url = _dashboard_url("run", run.id)
+        whole = (
+            format_html(' The whole value: <a href="{}">the run on the dashboard</a>.', url)
+            if url
+            else ""
+        )
+        return format_html(
+            '<pre style="white-space: pre-wrap">{}…</pre><p class="help">Shown: the first '
+            "{} of {} characters of JSON.{}</p>",
+            value.text,
+            f"{len(value.text):,}",
+            f"{value.size:,}",
+            whole,
+        )
+
+    @admin.display(description="input")
+    def input_shown(self, run):
+        return self._shown(run, "input")
+
+    @admin.display(description="inputs")
+    def inputs_shown(self, run):
+        return self._shown(run, "inputs")
+
+    @admin.display(description="context")
+    def context_shown(self, run):
+        return self._shown(run, "context")
+
+    @admin.display(description="result")
+    def result_shown(self, run):
+        return self._shown(run, "result")
+
+    @admin.display(description="error")
+    def error_shown(self, run):
+        return self._shown(run, "error")
+
+    @admin.display(description="state")
+    def state_shown(self, run):
+        return self._shown(run, "state")
 
     def changelist_view(self, request, extra_context=None):
         cut = search.cut_search_url(request, SEARCH_VAR)

@@ -37,7 +37,7 @@ class DurableConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from django_durable.operations.schedules import sync_after_migrate
-        from django_durable.store.functions import after_migrate
+        from django_durable.store import after_migrate
 
         # A database made without migrations (pytest-django's --nomigrations) gets
         # the store's functions too (PostgreSQL).

@@ -8,18 +8,21 @@ acts on), so they are safe to run against production at any time.
 from __future__ import annotations
 
 import io
+import sys
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
+from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import DatabaseError
-from django.db.models import Count, Min, Q
+from django.db.migrations import AddConstraint, AddIndex, CreateModel
+from django.db.migrations.loader import MigrationLoader
+from django.db.models import Count, Index, Min, Q, UniqueConstraint
 
 from django_durable import conf, store
 from django_durable.models import ACTIVE_STATUSES, Run, Status, WorkerNode
-from django_durable.store import diagnostics
 
 __all__ = ["CLOCK_TOLERANCE", "DUE_TOO_LONG", "WORKERS_KEPT", "Finding", "checks"]
 
@@ -52,7 +55,7 @@ class Finding:
 def checks() -> list[Finding]:
     """Every check, in the order a person on call would want them."""
     findings = [migrations()]
-    for check in (functions, workers, workflows, notify, clock, pool, stuck_runs):
+    for check in (functions, indexes, workers, workflows, notify, clock, pool, stuck_runs):
         try:
             findings.extend(check())
         except DatabaseError as exc:
@@ -99,7 +102,7 @@ def migrations() -> Finding:
 def functions() -> list[Finding]:
     """The store's PL/pgSQL functions (PostgreSQL): each installed, with this version's
     body. A missing one fails every start and claim."""
-    outdated = diagnostics.outdated_functions()
+    outdated = store.outdated_functions()
     if outdated is None:
         return [Finding("functions", False, "none needed: the database is not PostgreSQL")]
     if not outdated:
@@ -110,10 +113,82 @@ def functions() -> list[Finding]:
             "functions",
             True,
             f"the store's functions are not as this version defines them: {listed}",
-            "run: python manage.py migrate (migration 0001 creates them)",
+            _migrate_fix(sorted(outdated)),
             {"outdated": outdated},
         )
     ]
+
+
+def declared_indexes() -> dict[str, str]:
+    """The indexes django-durable's models declare by name (``Meta.indexes``, and the
+    unique constraints, which are indexes too), each with its table."""
+    declared = {}
+    for model in apps.get_app_config("django_durable").get_models():
+        for index in [*model._meta.indexes, *model._meta.constraints]:
+            if isinstance(index, (Index, UniqueConstraint)):
+                declared[index.name] = model._meta.db_table
+    return declared
+
+
+def indexes() -> list[Finding]:
+    """The indexes the models declare, each in the database by its name: without one,
+    a claim or a start reads the whole table, or an invariant goes unchecked."""
+    declared = declared_indexes()
+    present = store.index_names(sorted(set(declared.values())))
+    missing = sorted(name for name in declared if name not in present)
+    if not missing:
+        return [Finding("indexes", False, f"the {len(declared)} indexes the models declare exist")]
+    return [
+        Finding(
+            "indexes",
+            True,
+            f"{len(missing)} index(es) the models declare are missing: {', '.join(missing)}",
+            _migrate_fix(missing),
+            {"missing": missing},
+        )
+    ]
+
+
+def _migrate_fix(missing: list[str]) -> str:
+    """``migrate``, and which of django-durable's migrations creates each name."""
+    made = creators()
+    by_migration: dict[str, list[str]] = {}
+    for name in missing:
+        by_migration.setdefault(made.get(name, "no migration"), []).append(name)
+    said = "; ".join(f"{m} creates {', '.join(names)}" for m, names in sorted(by_migration.items()))
+    return f"run: python manage.py migrate ({said})"
+
+
+def creators() -> dict[str, str]:
+    """Which of django-durable's migrations creates each index, constraint and store
+    function, read from the migrations' operations, in the order they apply: an index
+    or constraint of a ``CreateModel``, ``AddIndex`` or ``AddConstraint``; a function
+    named in the migration module's ``FUNCTIONS``, which its ``RunPython`` creates."""
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    made: dict[str, str] = {}
+    for leaf in loader.graph.leaf_nodes("django_durable"):
+        for app, name in loader.graph.forwards_plan(leaf):
+            if app != "django_durable":
+                continue
+            migration = loader.graph.nodes[(app, name)]
+            for created in _created_by(migration):
+                made.setdefault(created, name)
+    return made
+
+
+def _created_by(migration) -> list[str]:
+    names = list(getattr(sys.modules[type(migration).__module__], "FUNCTIONS", []))
+    for operation in migration.operations:
+        if isinstance(operation, CreateModel):
+            options = operation.options
+            names += [
+                i.name for i in [*options.get("indexes", []), *options.get("constraints", [])]
+            ]
+        elif isinstance(operation, AddIndex):
+            names.append(operation.index.name)
+        elif isinstance(operation, AddConstraint):
+            names.append(operation.constraint.name)
+    return names
 
 
 def live_workers() -> list[WorkerNode]:
@@ -229,9 +304,7 @@ def notify() -> list[Finding]:
                 "DURABLE['LISTEN_DATABASE'] is None: workers poll only (POLL_INTERVAL)",
             )
         ]
-    arrived = diagnostics.notify_round_trip(
-        channel, f"doctor-{uuid.uuid4()}", alias, NOTIFY_TIMEOUT
-    )
+    arrived = store.notify_round_trip(channel, f"doctor-{uuid.uuid4()}", alias, NOTIFY_TIMEOUT)
     if not arrived:
         return [
             Finding(
@@ -242,7 +315,7 @@ def notify() -> list[Finding]:
                 "DURABLE['LISTEN_DATABASE'] at one that bypasses a transaction-mode pooler",
             )
         ]
-    listening = diagnostics.listening_sessions(channel)
+    listening = store.listening_sessions(channel)
     alive = live_workers()
     if alive and listening < len(alive):
         return [
@@ -266,7 +339,7 @@ def notify() -> list[Finding]:
 
 def clock() -> list[Finding]:
     before = store.now()
-    database = diagnostics.database_clock()
+    database = store.database_clock()
     after = store.now()
     if database is None:
         return [Finding("clock", False, "SQLite uses this host's clock")]
@@ -306,7 +379,7 @@ def pool() -> list[Finding]:
                         f"set DATABASES['default']['OPTIONS']['pool']['max_size'] >= {needed}",
                     )
                 )
-    limits = diagnostics.connection_limits()
+    limits = store.connection_limits()
     if limits is not None:
         allowed, in_use = limits
         needed = sum(w.concurrency + WORKER_EXTRA_CONNECTIONS for w in alive)

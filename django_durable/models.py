@@ -340,7 +340,7 @@ class Run(models.Model):
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],
-                condition=Q(status__in=FINISHED_STATUSES),
+                condition=Q(status__in=sorted(FINISHED_STATUSES)),  # sorted: one schema
                 name="durable_run_finished",
             ),
         ]
@@ -395,6 +395,11 @@ class StepAttempt(models.Model):
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     started_at = models.DateTimeField(default=now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # On a completed attempt: what its step (or compensation) replaced in the run's
+    # context, ``{name: [old value]}`` or ``{name: []}`` for a name it added; null
+    # when it changed nothing. Written once with the attempt; a rerun from a step
+    # reads it back (``operations.replay``).
+    replaced = models.JSONField(null=True, blank=True)
 
     objects = DurableManager()
 

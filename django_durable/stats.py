@@ -26,7 +26,6 @@ from django.db.models.functions import TruncHour, TruncMinute
 from django_durable import store
 from django_durable.models import FINISHED_STATUSES, Activity, Run, Status
 from django_durable.query import DROPPING_OUTCOMES, readds
-from django_durable.store import estimates
 
 # Re-adds over time: one bucket per hour of the last day.
 BUCKET = timedelta(hours=1)
@@ -86,7 +85,7 @@ def status_estimates() -> dict[str, int] | None:
     """Runs per status, estimated from PostgreSQL's table statistics (as fresh as the
     last ANALYZE; a millisecond where a count reads every row); None where there are
     none (SQLite, a table never analysed): the caller counts instead."""
-    return estimates.status_estimates()
+    return store.status_estimates()
 
 
 def _over_time(duplicates) -> list[dict]:

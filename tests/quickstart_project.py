@@ -50,16 +50,15 @@ def blocks(page: Path = PAGE) -> list[Block]:
     return found
 
 
+def split(block: Block) -> list[list[str]]:
+    """The commands of a ``run`` block, split like a shell splits them."""
+    lines = (shlex.split(line, comments=True) for line in block.body.splitlines())
+    return [words for words in lines if words]
+
+
 def commands(page: Path = PAGE) -> list[list[str]]:
     """Every command of the page's ``run`` blocks, split like a shell splits it."""
-    lines = []
-    for block in blocks(page):
-        if block.action == "run":
-            for line in block.body.splitlines():
-                words = shlex.split(line, comments=True)
-                if words:
-                    lines.append(words)
-    return lines
+    return [words for block in blocks(page) if block.action == "run" for words in split(block)]
 
 
 def write_files(project: Path, database: str, replace: dict[str, str] | None = None) -> None:
@@ -67,28 +66,44 @@ def write_files(project: Path, database: str, replace: dict[str, str] | None = N
     ``startproject`` and ``startapp`` made the directory. ``replace`` swaps literal
     text (a database name a test must not share)."""
     for block in blocks():
-        if block.action == "run" or block.database not in (None, database):
-            continue
-        text = block.body
-        for old, new in (replace or {}).items():
-            text = text.replace(old, new)
-        target = project / block.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if block.action == "write":
-            target.write_text(text)
-        else:
-            assert target.exists(), f"{block.path}: the page appends to a file nothing made"
-            target.write_text(target.read_text() + "\n\n" + text)
+        if block.action != "run":
+            write_block(project, block, database, replace)
+
+
+def write_block(
+    project: Path, block: Block, database: str, replace: dict[str, str] | None = None
+) -> None:
+    """One ``write`` or ``append`` block (nothing when it is the other database's)."""
+    if block.database not in (None, database):
+        return
+    text = block.body
+    for old, new in (replace or {}).items():
+        text = text.replace(old, new)
+    target = project / block.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if block.action == "write":
+        target.write_text(text)
+    else:
+        assert target.exists(), f"{block.path}: the page appends to a file nothing made"
+        target.write_text(target.read_text() + "\n\n" + text)
 
 
 def start_project(python: str, project: Path, env: dict) -> None:
     """The page's ``django-admin startproject`` and ``manage.py startapp`` lines."""
     for words in commands():
-        if words[0] == "django-admin":
-            assert words[1] == "startproject", words
-            run([python, "-m", "django", *words[1:]], project, env)
-        elif words[:3] == ["python", "manage.py", "startapp"]:
-            run([python, *words[1:]], project, env)
+        start_command(python, project, env, words)
+
+
+def start_command(python: str, project: Path, env: dict, words: list[str]) -> bool:
+    """Run ``words`` if it is the page's ``startproject`` or ``startapp``; say if it was."""
+    if words[0] == "django-admin":
+        assert words[1] == "startproject", words
+        run([python, "-m", "django", *words[1:]], project, env)
+    elif words[:3] == ["python", "manage.py", "startapp"]:
+        run([python, *words[1:]], project, env)
+    else:
+        return False
+    return True
 
 
 def run(args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:

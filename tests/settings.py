@@ -111,6 +111,11 @@ for _setting, _variable in [
 if os.environ.get("DURABLE_MAX_RECOVERIES"):
     DURABLE["MAX_RECOVERIES"] = int(os.environ["DURABLE_MAX_RECOVERIES"])
 
+# The test of an upgrade under traffic (tests/test_upgrade_under_traffic.py) migrates
+# with its package: django-durable's migrations and a throwaway next-release one.
+if os.environ.get("DURABLE_TEST_MIGRATIONS"):
+    MIGRATION_MODULES = {"django_durable": os.environ["DURABLE_TEST_MIGRATIONS"]}
+
 # Django's Tasks framework (django.tasks on Django 6, the django-tasks backport on 5.2).
 TASKS = {"default": {"BACKEND": "django_durable.tasks.DurableBackend"}}
 # Queue limits for worker subprocesses: DURABLE_QUEUE_LIMITS="limited=2,other=5".

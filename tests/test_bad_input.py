@@ -48,6 +48,16 @@ MISTAKES = [
     ("input-a-str", {"input": "{}"}, TYPE, "input must be a dict"),
     ("input-not-json", {"input": {"at": object()}}, TYPE, "JSON"),
     ("input-with-nul", {"input": {"a": "x\x00y"}}, VALUE, "NUL"),
+    # JSON would store {1: "a"} as {"1": "a"}: refused, naming where the key is.
+    ("input-an-int-key", {"input": {1: "a"}}, TYPE, "input has a key that is not a str: 1"),
+    (
+        "input-a-nested-int-key",
+        {"input": {"a": [{"b": {2.5: 1}}]}},
+        TYPE,
+        "input['a'][0]['b'] has a key that is not a str: 2.5",
+    ),
+    # Over DURABLE["MAX_VALUE_BYTES"] (1 MiB of JSON), as a step result would be.
+    ("input-too-big", {"input": {"blob": "x" * 2**20}}, VALUE, "MAX_VALUE_BYTES"),
     ("key-an-int", {"key": 42}, KEY_TYPE, "string"),
     ("key-bytes", {"key": b"k"}, KEY_TYPE, "string"),
     ("key-empty", {"key": ""}, KEY, "empty"),

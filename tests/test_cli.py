@@ -97,7 +97,7 @@ def test_retry_resumes_a_failed_run_and_refuses_another():
 def test_rerun_starts_a_copy_and_is_refused_with_the_holder():
     sent = finished("send_invoice", key="invoice:1", id=1)  # reuse="never"
     code, _, err = durable_cmd("rerun", str(sent))
-    assert code == 1 and f"holder: {sent}" in err
+    assert code == 1 and f"held by run {sent}" in err
     durable.release_key(sent, by="test")
     code, out, _ = durable_cmd("rerun", str(sent))
     assert code == 0 and out.startswith("new run ")

@@ -38,11 +38,12 @@ def test_doctor_finds_a_store_function_missing_or_out_of_date():
     with connection.cursor() as cursor:
         cursor.execute("DROP FUNCTION durable_next_due_at_v1")
         cursor.execute(
-            "CREATE OR REPLACE FUNCTION durable_record_step_v1(p_change text, p_run uuid, "
+            "CREATE OR REPLACE FUNCTION durable_record_step_v2(p_change text, p_run uuid, "
             "p_fence integer, p_step_index integer, p_context jsonb, p_state jsonb, "
             "p_due_at timestamptz, p_step varchar, p_attempt integer, p_outcome varchar, "
             "p_output jsonb, p_error jsonb, p_logs jsonb, p_worker varchar, "
-            "p_started_at timestamptz, p_finished_at timestamptz) RETURNS bigint "
+            "p_started_at timestamptz, p_finished_at timestamptz, p_replaced jsonb) "
+            "RETURNS bigint "
             "LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"
         )
     _code, out = doctor("--json")
@@ -50,8 +51,11 @@ def test_doctor_finds_a_store_function_missing_or_out_of_date():
     assert found["problem"] and "migrate" in found["fix"]
     assert found["data"]["outdated"] == {
         "durable_next_due_at_v1": "missing",
-        "durable_record_step_v1": "out of date",
+        "durable_record_step_v2": "out of date",
     }
+    # Each named with the migration that creates it, read from the migrations.
+    assert "0001_initial creates durable_next_due_at_v1" in found["fix"]
+    assert "_step_undo creates durable_record_step_v2" in found["fix"]
     with connection.cursor() as cursor:
         for name in CURRENT.values():
             cursor.execute(definition(name))
@@ -78,6 +82,7 @@ def test_doctor_on_a_healthy_setup_with_a_live_worker(tmp_path):
         assert checks == {
             "migrations",
             "functions",
+            "indexes",
             "workers",
             "workflows",
             "notify",

@@ -159,7 +159,7 @@ def test_a_batch_is_no_larger_than_completion_batch():
         recorder.loop()
     # 2 + 2 in batches, the last one alone through durable_record_step.
     assert statements.seen.count(RECORD_LAST_STEPS) == 2
-    assert len([sql for sql in statements.seen if "durable_record_step_v1(" in sql]) == 1
+    assert len([sql for sql in statements.seen if "durable_record_step_v2(" in sql]) == 1
     assert Run.objects.filter(id__in=[r.id for r in runs], status="completed").count() == 5
 
 

@@ -5,11 +5,13 @@ lines, and trips no warning of django-durable's."""
 
 import json
 import os
+import queue
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,25 +113,72 @@ def test_the_demo_refuses_a_busy_port_before_anything_starts(tmp_path, only_the_
     assert list(tmp_path.iterdir()) == []
 
 
+class Lines:
+    """A process's output read line by line on a thread, so that every read has a
+    deadline: a demo that hangs fails the test instead of blocking it."""
+
+    def __init__(self, stream):
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)  # the end of the output
+
+    def until(self, text: str, timeout: float) -> list[str]:
+        """The lines up to the first holding ``text``; fail after ``timeout`` seconds."""
+        deadline, seen = time.monotonic() + timeout, []
+        while True:
+            line = self.next(deadline, f"{text!r}", seen)
+            assert line is not None, f"output ended before {text!r}:\n" + "\n".join(seen)
+            seen.append(line)
+            if text in line:
+                return seen
+
+    def rest(self, timeout: float) -> list[str]:
+        """Every line up to the end of the output; fail after ``timeout`` seconds."""
+        deadline, seen = time.monotonic() + timeout, []
+        while (line := self.next(deadline, "the end of the output", seen)) is not None:
+            seen.append(line)
+        return seen
+
+    def next(self, deadline: float, what: str, seen: list[str]) -> str | None:
+        try:
+            return self.lines.get(timeout=max(deadline - time.monotonic(), 0))
+        except queue.Empty:
+            raise AssertionError(f"no {what} in time; so far:\n" + "\n".join(seen)) from None
+
+
+# Run as the demo's own process: SIGINT back to its default first. A process started
+# in the background by a shell without job control inherits SIGINT ignored, and bash
+# can neither trap nor reset a signal ignored when it starts: the demo would never
+# see Ctrl-C. (Not preexec_fn: it is unsafe while threads run.)
+WITH_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
 @pytest.mark.slow
 def test_the_demo_prints_its_banner_last_and_stops_on_ctrl_c(tmp_path):
     port = free_port()
     env = demo_environment(tmp_path, port)
     demo = subprocess.Popen(
-        ["bash", "scripts/demo.sh"],
+        [sys.executable, "-c", WITH_SIGINT, "bash", "scripts/demo.sh"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,  # so that a failing test can stop all it started
+        # Its own process group, as a terminal's foreground job is: Ctrl-C is SIGINT
+        # to the group, and a failing test can stop all the demo started.
+        start_new_session=True,
     )
     try:
-        lines = []
-        for line in demo.stdout:
-            lines.append(line.rstrip("\n"))
-            if "Press Ctrl-C to stop." in line:
-                break
+        output = Lines(demo.stdout)
+        lines = output.until("Press Ctrl-C to stop.", timeout=180)
         text = "\n".join(lines)
         assert f"Dashboard: http://127.0.0.1:{port}/admin/durable/" in text, text
         banner = next(i for i, line in enumerate(lines) if "django-durable demo" in line)
@@ -142,16 +191,38 @@ def test_the_demo_prints_its_banner_last_and_stops_on_ctrl_c(tmp_path):
         while " completed " not in log.read_text():
             assert demo.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.5)
-        demo.send_signal(signal.SIGINT)
-        rest = demo.stdout.read()
-        assert demo.wait(timeout=90) == 0
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        rest = output.rest(timeout=90)
+        try:
+            code = demo.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the demo did not stop on Ctrl-C (SIGINT ignored?)") from None
+        assert code == 0, "\n".join(rest)
     finally:
         if demo.poll() is None:
             os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait()
+            demo.wait(timeout=30)
         demo.stdout.close()
     # After the banner, nothing until Ctrl-C: then the demo says it stops.
-    assert rest.strip() == "demo: stopping the worker, the traffic and the web server...", rest
+    assert "\n".join(rest).strip() == (
+        "demo: stopping the worker, the traffic and the web server..."
+    ), rest
     logs = "".join(p.read_text() for p in (tmp_path / "logs").iterdir())
     assert "django_durable.W" not in logs
     assert "System check identified no issues" in logs
+
+
+def test_git_ignores_the_demo_database_and_what_sqlite_leaves_beside_it():
+    """``make demo`` stopped with Ctrl-C may leave SQLite's write-ahead log and its
+    shared-memory file beside the database: none of them shows as untracked."""
+    names = ["demo.sqlite3", "demo.sqlite3-wal", "demo.sqlite3-shm", "demo.sqlite3-journal"]
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode == 128:
+        pytest.skip(f"not a git work tree: {done.stderr.strip()}")
+    assert sorted(done.stdout.split()) == sorted(names), done.stdout + done.stderr

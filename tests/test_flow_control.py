@@ -236,7 +236,7 @@ def test_drain_honours_the_limits_and_the_rate_window_is_a_timer():
 def test_the_previous_releases_start_works_on_the_new_schema():
     """Rolling deploy: a process of the previous release calls durable_start_v1 while
     flow-keyed runs exist (its runs have no flow key). The claim functions before
-    durable_claim_v5 were never released: migration 0006 drops them."""
+    durable_claim_v5 were never released: migration 0007 drops them."""
     durable.start(PerTenant, {"tenant": 1})
     with connection.cursor() as cursor:
         cursor.execute(

@@ -31,6 +31,7 @@ RELEASED = {
     "durable_key_running_v1": "755bb9fae1d00b7e3741a9412e58ce7fa6e7ac74f7387be8dc52ff85eaa3e9f5",
     "durable_next_due_at_v1": "c59e383adf05ff02686f603faf99f2c90a7fb7aec66bf1d6f6793fc8eaffc1dd",
     "durable_record_step_v1": "8d0c5d188e374deb5f118d0d39e09693acf4f6174cb7c5221645c960991aed68",
+    "durable_record_step_v2": "36a2e57cf1ff7e2693758f26b8ad6c925b5e6de82e41d8772e44600368e358dc",
     "durable_start_v1": "7a4ff0ff116df096a8f14d787563ab5eb994da1c8f13b7dcc7bec7ba5af5e329",
     "durable_start_v2": "32d007b18433455d328428ed9eae4ef5bff1b699cce4b4f260122f2e1511da6d",
 }
@@ -52,7 +53,7 @@ def created_versions() -> dict[str, list[str]]:
 
 def test_the_code_calls_the_newest_version_a_migration_creates():
     versions = created_versions()
-    # durable_key_running_v1 was created (0005) and dropped (0006): no longer called.
+    # durable_key_running_v1 was created (0005) and dropped (0007): no longer called.
     assert set(versions) == {*functions.CURRENT, "durable_key_running"}
     for name, versioned in functions.CURRENT.items():
         newest = max(versions[name], key=lambda v: int(v.rsplit("_v", 1)[1]))

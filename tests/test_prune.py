@@ -1,11 +1,15 @@
 """Pruning deletes finished runs past retention, which frees their keys, and old
 activity; it never touches a run that is still going."""
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 import django_durable as durable
@@ -17,6 +21,7 @@ from django_durable.models import (
 )
 from django_durable.testing import drain
 from tests.factories import ActivityFactory, RunFactory
+from tests.worker_processes import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -150,9 +155,86 @@ def test_the_command_takes_older_than(older_than, pruned):
     )
 
 
-def test_the_command_refuses_a_bad_duration():
-    with pytest.raises(CommandError, match="not a duration"):
-        call_prune("--older-than", "soon")
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("soon", "not a duration"),
+        ("7x", "not a duration"),
+        ("inf", "not a duration"),
+        ("nan", "not a duration"),
+        ("1e300d", "not a duration"),
+        ("-1d", "never negative"),
+        ("-5", "never negative"),
+    ],
+)
+def test_the_command_refuses_a_bad_duration_and_deletes_nothing(text, message):
+    RunFactory(status=Status.COMPLETED, finished_at=timezone.now() - timedelta(seconds=5))
+    with pytest.raises(CommandError, match=message):
+        call_prune(f"--older-than={text}")
+    assert Run.objects.count() == 1
+
+
+def test_the_command_refuses_an_age_before_year_1_with_exit_2():
+    RunFactory(status=Status.COMPLETED, finished_at=timezone.now() - 40 * DAY)
+    with pytest.raises(CommandError, match="before year 1") as refused:
+        call_prune("--older-than", "999999999d")
+    assert refused.value.returncode == 2
+    assert Run.objects.count() == 1
+
+
+def test_older_than_zero_prunes_every_finished_run():
+    RunFactory(status=Status.COMPLETED, finished_at=timezone.now() - timedelta(seconds=1))
+    RunFactory(status=Status.PENDING)
+    assert call_prune("--older-than", "0") == "pruned 1 finished runs\n"
+    assert list(Run.objects.values_list("status", flat=True)) == [Status.PENDING]
+
+
+@pytest.mark.parametrize(
+    "older_than, error, message",
+    [
+        (timedelta(days=-1), ValueError, "older_than must not be negative"),
+        (timedelta(microseconds=-1), ValueError, "older_than must not be negative"),
+        (timedelta.max, ValueError, "older_than reaches back before year 1"),
+        (5, TypeError, "older_than must be a timedelta"),
+        ("7d", TypeError, "older_than must be a timedelta"),
+    ],
+)
+def test_prune_refuses_a_bad_older_than_before_deleting_anything(older_than, error, message):
+    RunFactory(status=Status.COMPLETED, finished_at=timezone.now() - timedelta(seconds=5))
+    ActivityFactory(created_at=timezone.now() - 30 * DAY)
+    for dry_run in (True, False):
+        with pytest.raises(error, match=message):
+            durable.prune(older_than=older_than, dry_run=dry_run)
+    assert (Run.objects.count(), Activity.objects.count()) == (1, 1)
+
+
+def manage_prune(*args):
+    return subprocess.run(
+        [sys.executable, "manage.py", "durable_prune", *args],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_real_command_line_answers_a_bad_duration_in_one_line_with_exit_2():
+    RunFactory(status=Status.COMPLETED, finished_at=timezone.now() - timedelta(seconds=5))
+    for text in ("7x", "inf", "-1d", "999999999d"):
+        refused = manage_prune(f"--older-than={text}")
+        assert refused.returncode == 2, (text, refused.stderr)
+        assert "Traceback" not in refused.stderr
+        # The parser's usage line and its error, or the command's error: one line each.
+        errors = [line for line in refused.stderr.splitlines() if "rror" in line]
+        assert len(errors) == 1, refused.stderr
+    assert Run.objects.count() == 1
 
 
 def test_prune_never_deletes_an_active_child_with_its_finished_parent():

@@ -112,25 +112,31 @@ def test_the_quickstart_runs_as_written(venv, tmp_path):
     if database == "postgres":
         name = os.environ.get("DURABLE_TEST_DB_NAME", "test_django_durable") + "_quickstart"
         replace = postgres_database(name)
-    quickstart.start_project(python, project, env)
-    quickstart.write_files(project, database, replace)
 
-    # Every command of the page, in order; the worker runs in --burst after a start
-    # from the view, the interactive ones are left out.
+    # Every block of the page, in order: each command runs when the page gives it,
+    # with the files written so far. The worker runs in --burst after a start from
+    # the view, the interactive ones are left out.
     ran = []
-    for words in quickstart.commands():
-        if words[:2] in (["python", "-m"], [".", ".venv/bin/activate"], ["pip", "install"]):
-            continue  # the virtualenv and the install: the fixture's
-        if words[0] == "django-admin" or words[:3] == ["python", "manage.py", "startapp"]:
-            continue  # quickstart.start_project
-        assert words[:2] == ["python", "manage.py"] or words == ["pytest"], words
-        ran.append(words)
-        if words[2:] in (["durable_worker"], ["runserver"], ["createsuperuser"]) or words == [
-            "pytest"
-        ]:
+    for block in quickstart.blocks():
+        if block.action != "run":
+            quickstart.write_block(project, block, database, replace)
             continue
-        out = manage(*words[2:]).stdout
+        for words in quickstart.split(block):
+            if words[:2] in (["python", "-m"], [".", ".venv/bin/activate"], ["pip", "install"]):
+                continue  # the virtualenv and the install: the fixture's
+            if quickstart.start_command(python, project, env, words):
+                continue
+            assert words[:2] == ["python", "manage.py"] or words == ["pytest"], words
+            ran.append(words)
+            if words[2:] in (["durable_worker"], ["runserver"], ["createsuperuser"]) or words == [
+                "pytest"
+            ]:
+                continue
+            out = manage(*words[2:]).stdout
+            if words[2:] == ["check"]:
+                assert "System check identified no issues" in out, out
     assert [w[2] for w in ran if w[0] == "python"] == [
+        "check",
         "makemigrations",
         "migrate",
         "durable_worker",

@@ -4,9 +4,10 @@ before it again (docs/replay-and-repair.md)."""
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import transaction
 
 import django_durable as durable
-from django_durable import Workflow, step
+from django_durable import Workflow, signals, step
 from django_durable.models import Activity, Run, Status, StepAttempt
 from django_durable.testing import drain
 from tests.helpers import fresh
@@ -162,12 +163,40 @@ def test_reuse_never_refuses_until_release_key():
         durable.rerun(run_id, from_step="two")
     assert taken.value.holder_id == run_id
     assert Run.objects.count() == count
+    # The refusal is recorded as a start's is: a key_duplicate with outcome "error".
+    (refused,) = Activity.objects.filter(kind=Activity.Kind.KEY_DUPLICATE)
+    assert (refused.run_id, refused.key, refused.details["outcome"]) == (run_id, "once", "error")
     durable.release_key(run_id, by="ops@example.com")
     new_id = durable.rerun(run_id, from_step="two")
     drain()
     new = fresh(new_id)
     assert new.result == 1 and new.holds_key
     assert fresh(run_id).status == Status.COMPLETED
+
+
+def test_a_refused_rerun_inside_a_transaction_keeps_it_usable_and_records_the_refusal(
+    django_capture_on_commit_callbacks,
+):
+    run_id = durable.start(Guarded, {}, key="once")
+    drain()
+    heard = []
+
+    def receiver(sender, **kwargs):
+        heard.append((kwargs["run_id"], kwargs["outcome"]))
+
+    signals.key_duplicate.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            with pytest.raises(durable.KeyTaken):
+                async_to_sync(durable.arerun)(run_id)
+            durable.start(Guarded, {}, key="other")  # the caller's transaction goes on
+    finally:
+        signals.key_duplicate.disconnect(receiver)
+    assert Activity.objects.filter(
+        kind=Activity.Kind.KEY_DUPLICATE, run_id=run_id, details__outcome="error"
+    ).exists()
+    assert Run.objects.count() == 2
+    assert heard == [(run_id, "error")]  # the key_duplicate signal, after commit
 
 
 def _counts():

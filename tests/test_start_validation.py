@@ -203,7 +203,6 @@ def test_the_input_is_stored_as_json_reads_it_back():
         ({"a": [1, 2.5, True, None, {"b": "c"}]}, True),
         ({}, True),
         ({"ids": (1, 2)}, False),  # reads back as a list
-        ({1: "one"}, False),  # reads back with a str key
         ({"when": collections.OrderedDict(a=1)}, False),  # a subclass reads back as dict
     ],
 )
@@ -227,7 +226,7 @@ _json_values = st.recursive(
     lambda inner: (
         st.lists(inner, max_size=3)
         | st.tuples(inner, inner)
-        | st.dictionaries(_storable_text | st.integers(), inner, max_size=3)
+        | st.dictionaries(_storable_text, inner, max_size=3)  # a key not a str: refused
     ),
     max_leaves=12,
 )

@@ -168,7 +168,12 @@ print("ok")
 """
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

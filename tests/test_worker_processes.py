@@ -142,7 +142,7 @@ def test_a_worker_killed_before_its_recorder_wrote_leaves_the_last_steps_to_run_
                     # The statement's start: a long one is cut in pg_stat_activity.
                     "SELECT pid FROM pg_stat_activity WHERE wait_event = 'relation' "
                     "AND (query LIKE %s OR query LIKE %s)",
-                    ["%durable_record_step_v1(%", "%WITH done AS%"],
+                    ["%durable_record_step_v2(%", "%WITH done AS%"],
                 )
                 return [pid for (pid,) in cursor.fetchall()]
 

@@ -82,7 +82,9 @@ def answering(run: uuid.UUID | None = None) -> Iterator[None]:
     try:
         yield
     except durable.KeyTaken as exc:
-        raise refused(f"{exc} (holder: {exc.holder_id})") from exc
+        # Its message names the holder already, as every KeyTaken raised here does.
+        holder = "" if str(exc.holder_id) in str(exc) else f" (holder: {exc.holder_id})"
+        raise refused(f"{exc}{holder}") from exc
     except ValidationError as exc:  # (InvalidKey too: a DurableError and a ValueError)
         raise bad_usage("; ".join(exc.messages)) from exc
     except (TypeError, ValueError, LookupError) as exc:  # (UnknownWorkflow too)

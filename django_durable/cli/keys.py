@@ -6,6 +6,7 @@ import django_durable as durable
 from django_durable import query
 from django_durable import stats as key_stats
 from django_durable.cli.base import answering, cell, emit_json, json_value, pairs, table
+from django_durable.workflows.definition import registry
 
 
 def add_parsers(commands) -> None:
@@ -79,6 +80,11 @@ def _what_becomes_of_the_input(answer, given) -> dict:
 def stats(options, out, err) -> None:
     workflow = options["workflow"]
     statuses = query.status_counts(workflow)
+    if workflow is not None and not statuses:
+        # A workflow with no run and no definition is a typo, not a workflow of zeros
+        # (one whose definition is gone still has its runs counted).
+        with answering():
+            registry.get(workflow)
     keys = key_stats.keys(workflow)
     if options["json"]:
         emit_json(out, {"statuses": statuses, "keys": keys})

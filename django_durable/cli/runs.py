@@ -32,7 +32,11 @@ RUN_FIELDS = (
     "created_at",
     "started_at",
     "finished_at",
+    "rerun_of",
+    "rerun_from_step",
 )
+# A field shown under another name than the model's attribute.
+FIELD_ATTRIBUTES = {"rerun_of": "rerun_of_id"}
 ATTEMPT_FIELDS = ("step", "attempt", "kind", "status", "worker_id", "started_at", "finished_at")
 
 
@@ -95,7 +99,8 @@ def list_runs(options, out, err) -> None:
 def inspect(options, out, err) -> None:
     with answering(options["run_id"]):
         run = durable.get_run(options["run_id"])
-    values = {name: getattr(run, name) for name in RUN_FIELDS}
+    # rerun_of: the run this one reruns (``durable rerun``), None for a first run.
+    values = {name: getattr(run, FIELD_ATTRIBUTES.get(name, name)) for name in RUN_FIELDS}
     values["now"] = durable.explain_run(run.id)  # what it does or waits for (flow control)
     attempts = [
         {name: getattr(a, name) for name in ATTEMPT_FIELDS} | {"error": a.error}

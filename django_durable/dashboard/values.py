@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from django.db.models import TextField
+from django.db.models import QuerySet, TextField
 from django.db.models.functions import Cast, Length, Substr
 from django.http import Http404, HttpResponse
 
@@ -32,15 +32,27 @@ class Value:
 
 
 def load_run(run_id) -> tuple[Run, dict[str, Value]]:
-    """The run without its big values, and the head of each value."""
+    """The run without its big values, and the head of each value (the inputs a
+    debounce folded into it are not shown: they are not read either)."""
+    run = with_heads(Run.objects.defer("inputs"), FIELDS).get(id=run_id)
+    return run, heads(run, FIELDS)
+
+
+def with_heads(runs: QuerySet, fields: tuple[str, ...]) -> QuerySet:
+    """``runs`` without the values of ``fields``, each read as the first ``SHOWN``
+    characters of its JSON text and its length instead (``heads`` reads them)."""
     annotations = {}
-    for name in FIELDS:
+    for name in fields:
         text = Cast(name, TextField())
         annotations[f"_{name}_head"] = Substr(text, 1, SHOWN)
         annotations[f"_{name}_size"] = Length(text)
-    run = Run.objects.defer(*FIELDS).annotate(**annotations).get(id=run_id)
+    return runs.defer(*fields).annotate(**annotations)
+
+
+def heads(run: Run, fields: tuple[str, ...]) -> dict[str, Value]:
+    """The head of each of ``fields`` of a run read through ``with_heads``."""
     values = {}
-    for name in FIELDS:
+    for name in fields:
         head = getattr(run, f"_{name}_head")
         size = getattr(run, f"_{name}_size") or 0
         if head is None or head == "null":
@@ -49,7 +61,7 @@ def load_run(run_id) -> tuple[Run, dict[str, Value]]:
             values[name] = Value(name, pretty(json.loads(head)), size, False)
         else:
             values[name] = Value(name, head, size, True)
-    return run, values
+    return values
 
 
 def download(request, run_admin, run_id, field: str) -> HttpResponse:

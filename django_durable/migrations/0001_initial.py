@@ -238,15 +238,13 @@ class Migration(migrations.Migration):
                         condition=models.Q(
                             (
                                 "status__in",
-                                frozenset(
-                                    [
-                                        "cancelled",
-                                        "compensated",
-                                        "compensation_failed",
-                                        "completed",
-                                        "failed",
-                                    ]
-                                ),
+                                [
+                                    "cancelled",
+                                    "compensated",
+                                    "compensation_failed",
+                                    "completed",
+                                    "failed",
+                                ],
                             )
                         ),
                         fields=["finished_at"],

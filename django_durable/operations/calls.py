@@ -25,7 +25,6 @@ from django.db import DatabaseError, OperationalError, ProgrammingError
 
 from django_durable import store
 from django_durable.exceptions import CalledFromAsync, NotMigrated
-from django_durable.store import schema
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -39,7 +38,7 @@ def not_migrated(alias: str | None = None) -> NotMigrated | None:
     """``NotMigrated`` saying what is missing when django-durable's migrations are not
     all applied on its database; None when they are (or the database can't say)."""
     alias = alias or store.alias()
-    missing = schema.unapplied_migrations(alias)
+    missing = store.unapplied_migrations(alias)
     if not missing:
         return None
     shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if missing[3:] else "")

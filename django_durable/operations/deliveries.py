@@ -78,7 +78,7 @@ def suspend(
     (``wait_for_any``: the newest of them all). When they are all it needs, the run
     is due at once; otherwise it waits, due at the wait's timeout or the run's,
     whichever comes first. ``partial``: what the step changed in the context so far
-    (``state.partial_changes``). ``LeaseLost`` when the run is no longer this
+    (``replay.step_changes``). ``LeaseLost`` when the run is no longer this
     worker's (nothing written).
     """
     at = store.now()

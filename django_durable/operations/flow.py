@@ -14,14 +14,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django_durable import store
-from django_durable.store import flow_reads
-from django_durable.store.flow import FlowLimit, limits_of
+from django_durable.store import flow as store_flow
 from django_durable.workflows.definition import registry
 from django_durable.workflows.flow import flow_limits
 
 __all__ = ["claim_limits", "declared_limits", "next_rate_window_end", "shifted_limits"]
 
-_cache: tuple[int, dict[str, FlowLimit]] = (-1, {})
+_cache: tuple[int, dict[str, store_flow.FlowLimit]] = (-1, {})
 
 
 def declared_limits() -> dict:
@@ -34,17 +33,17 @@ def declared_limits() -> dict:
     return found
 
 
-def claim_limits() -> dict[str, FlowLimit]:
+def claim_limits() -> dict[str, store_flow.FlowLimit]:
     """The flow limits of the registered workflows, by name, as the claim takes them."""
     global _cache
     version, limits = _cache
     if version != registry.version:
-        limits = limits_of(declared_limits())
+        limits = store_flow.limits_of(declared_limits())
         _cache = (registry.version, limits)
     return limits
 
 
-def shifted_limits(shift: timedelta) -> dict[str, FlowLimit]:
+def shifted_limits(shift: timedelta) -> dict[str, store_flow.FlowLimit]:
     """The claim's limits as they read on a clock ``shift`` ahead of the real one
     (``testing.drain(run_timers=True)``, which jumps the runs' timers): every rate's
     window ends ``shift`` earlier, its begins being the real, recorded ones."""
@@ -65,7 +64,7 @@ def next_rate_window_end(shift: timedelta = timedelta(0)) -> datetime | None:
     for name, limit in shifted_limits(shift).items():
         if limit.rate is None:
             continue
-        due = flow_reads.due_by_key(name, at=at)
-        begun = flow_reads.begins_in_window(name, list(due), limit.per, at=at)
+        due = store.due_by_key(name, at=at)
+        begun = store.begins_in_window(name, list(due), limit.per, at=at)
         ends += [oldest + limit.per for n, oldest in begun.values() if n >= limit.rate]
     return min(ends, default=None)

@@ -17,7 +17,6 @@ from django.utils import timezone
 from django_durable import conf, store
 from django_durable.models import FINISHED_STATUSES, QueueState, Run, Status, WorkerNode
 from django_durable.operations.calls import public_call
-from django_durable.store import flow_reads
 from django_durable.workflows.definition import Workflow, registry
 from django_durable.workflows.flow import flow_limits
 
@@ -44,12 +43,12 @@ def flow_stats(workflow: type[Workflow] | str, *, limit: int = 1000) -> list[dic
     definition = registry.resolve(workflow)
     limits = flow_limits(definition)
     at = store.now()
-    running = {k: n for k, n in flow_reads.running_by_key(definition.name).items() if k}
-    due = flow_reads.due_by_key(definition.name, at=at)
+    running = {k: n for k, n in store.running_by_key(definition.name).items() if k}
+    due = store.due_by_key(definition.name, at=at)
     keys = sorted(set(running) | set(due), key=lambda k: (-due.get(k, 0), -running.get(k, 0), k))
     keys = keys[:limit]
     rate = limits.rate if limits is not None else None
-    begun = flow_reads.begins_in_window(definition.name, keys, rate.per, at=at) if rate else {}
+    begun = store.begins_in_window(definition.name, keys, rate.per, at=at) if rate else {}
     stats = []
     for key in keys:
         in_window, oldest = begun.get(key, (0, None))
@@ -115,11 +114,25 @@ def _serves(worker: WorkerNode, run: Run) -> bool:
     )
 
 
+def _no_worker(run: Run, workers: list[WorkerNode]) -> str | None:
+    """Why no live worker takes ``run``, saying which of the two is missing; None
+    when one would."""
+    on_queue = [w for w in workers if not w.queues or run.queue in w.queues]
+    if not on_queue:
+        return f"No live worker serves its queue {run.queue!r}."
+    if not any(_serves(worker, run) for worker in on_queue):
+        return (
+            f"No live worker that serves its queue {run.queue!r} knows its workflow "
+            f"{run.workflow!r}."
+        )
+    return None
+
+
 def _limit_reason(run: Run, at: datetime) -> str | None:
     """The first queue, workflow, flow-key or rate limit that holds ``run`` back."""
     queue_cap = conf.queue_limits().get(run.queue)
     if queue_cap is not None:
-        running = flow_reads.running_of(queue=run.queue)
+        running = store.running_of(queue=run.queue)
         if running >= queue_cap:
             return (
                 f"Its queue {run.queue!r} is at its concurrency ({running} of {queue_cap} running)."
@@ -131,7 +144,7 @@ def _limit_reason(run: Run, at: datetime) -> str | None:
     if limits is None:
         return None
     if limits.concurrency is not None:
-        running = flow_reads.running_of(workflow=run.workflow)
+        running = store.running_of(workflow=run.workflow)
         if running >= limits.concurrency:
             return (
                 f"Its workflow {run.workflow!r} is at its concurrency "
@@ -140,14 +153,14 @@ def _limit_reason(run: Run, at: datetime) -> str | None:
     if run.flow_key is None:
         return None
     if limits.concurrency_per_key is not None:
-        running = flow_reads.running_by_key(run.workflow).get(run.flow_key, 0)
+        running = store.running_by_key(run.workflow).get(run.flow_key, 0)
         if running >= limits.concurrency_per_key:
             return (
                 f"Its flow key {run.flow_key!r} is at its limit "
                 f"({running} of {limits.concurrency_per_key} running)."
             )
     if limits.rate is not None and run.started_at is None:
-        begun = flow_reads.begins_in_window(run.workflow, [run.flow_key], limits.rate.per, at=at)
+        begun = store.begins_in_window(run.workflow, [run.flow_key], limits.rate.per, at=at)
         n, oldest = begun.get(run.flow_key, (0, None))
         if n >= limits.rate.limit:
             return (
@@ -162,8 +175,18 @@ def explain_run(run_id: uuid.UUID | str) -> str:
     """One sentence saying what the run is doing or waiting for now; where several
     hold, the first of: finished, running (on the worker named as the workers page
     names it), waiting, not due, queue paused, queue or workflow limit, flow-key
-    limit, rate, no live worker. ``Run.DoesNotExist`` for an unknown id."""
-    return describe(Run.objects.get(id=run_id))
+    limit, rate, no live worker. ``ValueError`` for an id that is not a UUID,
+    ``Run.DoesNotExist`` (naming the id) for an unknown one."""
+    if not isinstance(run_id, uuid.UUID):
+        try:
+            run_id = uuid.UUID(str(run_id))
+        except ValueError:
+            raise ValueError(f"not a run id: {run_id!r}") from None
+    try:
+        run = Run.objects.get(id=run_id)
+    except Run.DoesNotExist:
+        raise Run.DoesNotExist(f"no run {run_id}") from None
+    return describe(run)
 
 
 def describe(run: Run) -> str:
@@ -189,10 +212,9 @@ def describe(run: Run) -> str:
     reason = _limit_reason(run, at)
     if reason is not None:
         return reason
-    if not any(_serves(worker, run) for worker in _live_workers(at)):
-        return (
-            f"No live worker serves its queue {run.queue!r} or knows its workflow {run.workflow!r}."
-        )
+    unserved = _no_worker(run, _live_workers(at))
+    if unserved is not None:
+        return unserved
     waited = max((at - run.due_at).total_seconds(), 0.0)
     return f"Due for {timedelta(seconds=round(waited))}; the next free worker thread takes it."
 

@@ -1,9 +1,13 @@
 """Checking what callers pass in, before anything is written.
 
-Every value is checked by ``workflows.values.json_text`` (``TypeError`` for what
-is not JSON; ``ValueError`` for NUL or a lone surrogate anywhere in it, for
-nesting past ``values.MAX_DEPTH``), and names and ``by`` are short strings
-(``ValueError``), so the database never refuses what a call accepted.
+Every value a caller passes in (a run's input, an event's payload, an input's
+value) is checked by ``workflows.values.checked_json`` (``TypeError`` for what is
+not JSON or has a dict key that is not a str; ``ValueError`` for NUL or a lone
+surrogate anywhere in it, for nesting past ``values.MAX_DEPTH``) and bounded by
+``DURABLE["MAX_VALUE_BYTES"]``, as step results and the context are
+(``ValueError``); names and ``by`` are short strings (``ValueError``). So the
+database never refuses what a call accepted, and no page has to show an unbounded
+value that came in this way.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django_durable import conf
 from django_durable.workflows import input_kinds
-from django_durable.workflows.values import check_text, checked_json, json_text
+from django_durable.workflows.values import check_text, check_text_size, checked_json
 
 # An event's or an input's name: the column's length (Event.name).
 MAX_NAME_CHARS = 200
@@ -32,7 +37,7 @@ def validated_input(value: Any) -> tuple[dict, str]:
         return {}, "{}"
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict (a JSON object), got {type(value).__name__}")
-    text, plain = checked_json(value, "input")
+    text, plain = _checked(value, "input")
     # The start goes on with what a reader gets back: the input itself when it is
     # plain JSON (it reads back as an equal value), else the text read back (a
     # tuple becomes a list, an int key a str).
@@ -41,7 +46,15 @@ def validated_input(value: Any) -> tuple[dict, str]:
 
 def validate_payload(value: Any, what: str) -> Any:
     """A JSON value (an event payload, an input's value), as a reader gets it back."""
-    return json.loads(json_text(value, what))
+    return json.loads(_checked(value, what)[0])
+
+
+def _checked(value: Any, what: str) -> tuple[str, bool]:
+    """A value passed in: its JSON text and whether it is plain (``checked_json``),
+    with str keys only and no larger than ``MAX_VALUE_BYTES``."""
+    text, plain = checked_json(value, what, str_keys=True)
+    check_text_size(text, what, conf.get("MAX_VALUE_BYTES"))
+    return text, plain
 
 
 def validate_name(name: Any, kind: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django_durable import conf, store
 from django_durable.operations import retention as retention_rules
@@ -18,11 +18,17 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
     going is never deleted, nor one a ``run_again`` run still waits behind.
     ``dry_run`` counts and deletes nothing. Deletes in batches of
     ``DURABLE["PRUNE_BATCH_SIZE"]``, one short transaction each.
+
+    ``older_than=timedelta(0)`` prunes every finished run. ``TypeError`` for an
+    ``older_than`` that is not a ``timedelta``, ``ValueError`` for a negative one (a
+    typo, never a wish) or one reaching back before year 1: before anything is deleted.
     """
+    at = store.now()
+    if older_than is not None:
+        _cutoff(at, older_than)  # refused before anything is written
     settings = conf.durable_settings()
     retention = older_than if older_than is not None else settings["RUN_RETENTION"]
     batch = settings["PRUNE_BATCH_SIZE"]
-    at = store.now()
     pruned = 0
     # Workflow.retention, per workflow and outcome (operations.retention), unless
     # older_than applies one age to every run.
@@ -32,8 +38,22 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
             # A finished holder that a run_again run still waits behind hands its
             # key on first (as the worker's sweep would), so pruning it strands no one.
             sweep_waiting()
-        before = at - retention if per_workflow is None else None
+        before = _cutoff(at, retention) if per_workflow is None else None
         pruned = store.prune_runs(before, batch, dry_run=dry_run, condition=per_workflow)
     if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
         store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
     return pruned
+
+
+def _cutoff(at: datetime, older_than: timedelta) -> datetime:
+    """When a run must have finished before to be as old as ``older_than``."""
+    if not isinstance(older_than, timedelta):
+        raise TypeError(
+            f"older_than must be a timedelta (e.g. durable.days(30)), got {older_than!r}"
+        )
+    if older_than < timedelta(0):
+        raise ValueError(f"older_than must not be negative, got {older_than}")
+    try:
+        return at - older_than
+    except OverflowError:
+        raise ValueError(f"older_than reaches back before year 1, got {older_than}") from None

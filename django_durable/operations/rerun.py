@@ -6,7 +6,8 @@ the key's holder is named by ``KeyTaken`` unless ``reuse`` lets the rerun take t
 key), and its run is inserted as every start's is. In the same transaction, before
 any worker can see it, the new run is made a rerun: its origin, and, from a step,
 that step's index and the context the original had when the step began
-(``state.context_before``, from the context changes each step's record keeps).
+(``replay.context_before``, from what each completed attempt of the original
+replaced, kept with its record).
 
 Everything a rerun can refuse for itself is checked before anything is written,
 before the key rules: the run is finished (``NotFinished``), the step is one the run
@@ -22,7 +23,7 @@ from typing import Any, NamedTuple
 from django_durable import store
 from django_durable.exceptions import KeyTaken, NotFinished
 from django_durable.models import FINISHED_STATUSES, Run
-from django_durable.operations import inputs
+from django_durable.operations import inputs, replay
 from django_durable.operations import state as run_state
 from django_durable.operations.calls import public_call
 from django_durable.operations.explain import explain
@@ -83,12 +84,13 @@ def plan_rerun(run: Run, from_step: str | None = None, input: Any = SAME_INPUT) 
     index = recorded.index(from_step)
     if not _began(run, index, recorded, store.began_steps(run.id)):
         raise ValueError(f"run {run.id} never began step {from_step!r}")
-    context = run_state.context_before(run.context, run.state, index)
+    steps, compensations = store.replaced_values(run.id)
+    context = replay.context_before(run.context, run.state, index, steps, compensations)
     new_index = deployed.index(from_step)
-    # The record of the steps before it goes along, so that the rerun can itself be
+    # What the steps before it replaced goes along, so that the rerun can itself be
     # rerun from one of them (while their positions are those of the definition).
-    undo = run_state.undo_before(run.state, index) if deployed[:index] == recorded[:index] else {}
-    state = {"undo": undo} if undo else {}
+    same = deployed[:index] == recorded[:index]
+    state = run_state.rerun_state(replay.undo_before(run.state, index, steps) if same else {})
     return RerunPlan(run, workflow, payload, text, from_step, new_index, context, state)
 
 
@@ -139,15 +141,24 @@ def start_planned(plan: RerunPlan) -> uuid.UUID:
     if plan.run.flow_key is not None:  # the original's (else its workflow's function's)
         fields["flow_key"] = plan.run.flow_key
     with store.atomic():
-        result = start_run(plan.workflow, plan.input, plan.run.key, "error", **fields)
-        store.make_rerun(
-            result.run_id,
-            rerun_of=plan.run.id,
-            from_step=plan.from_step,
-            step_index=plan.step_index,
-            context=plan.context,
-            state=plan.state,
-        )
+        try:
+            result = start_run(plan.workflow, plan.input, plan.run.key, "error", **fields)
+        except KeyTaken as exc:
+            # Refused as a start is: caught inside the transaction, so the
+            # key_duplicate activity the start recorded is kept (nothing else was written).
+            refused = exc
+        else:
+            refused = None
+            store.make_rerun(
+                result.run_id,
+                rerun_of=plan.run.id,
+                from_step=plan.from_step,
+                step_index=plan.step_index,
+                context=plan.context,
+                state=plan.state,
+            )
+    if refused is not None:
+        raise refused
     return result.run_id
 
 

@@ -160,9 +160,16 @@ def sync_declared() -> int:
     return len(declared)
 
 
-def sync_after_migrate(sender, using="default", **kwargs) -> None:
-    if using == store.alias():
-        sync_declared()
+def sync_after_migrate(sender, using="default", plan=None, **kwargs) -> None:
+    """``post_migrate``: the declared schedules become rows, on django-durable's
+    database, after a ``migrate`` forwards. Not after one that went backwards (the
+    tables may be gone, ``migrate django_durable zero``, or older than these models):
+    the ``migrate`` forwards that follows syncs them."""
+    if using != store.alias() or any(backwards for _migration, backwards in plan or ()):
+        return
+    if not store.has_table(Schedule._meta.db_table):
+        return
+    sync_declared()
 
 
 # --- firing ------------------------------------------------------------------------

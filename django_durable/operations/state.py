@@ -14,26 +14,29 @@ when the run resumes, and its waits return what was recorded for them):
   index>:<call number>"``; ``awaiting``: the runs the step waits for; ``starts``: the
   run each ``ctx.start`` call started (or was answered with), by call, so the call
   starts nothing new when the step runs again; ``compensation``: what is left to undo;
-- ``undo``: what each completed step changed in the context, by step index (a
-  string), as the values it replaced: ``{name: [old value]}``, or ``{name: []}`` for
-  a name the step added; a step that changed nothing has no entry. ``partial``: the
-  same for what the current step's suspended executions saved so far, and
-  ``undo_comp``: for each completed compensation, in order. From them and the run's
-  context, ``context_before`` gives the context as it was when a step began (a rerun
-  from that step begins with it: ``operations.rerun``).
+- ``partial``: what the current step's suspended executions changed in the context
+  so far, as the values they replaced: ``{name: [old value]}``, or ``{name: []}`` for
+  a name added (``Changes``). What a completed step or compensation replaced is not
+  here: it is written once, with its attempt (``StepAttempt.replaced``);
+- ``undo``: on a rerun from a step, what each step before it replaced in its origin,
+  by step index (a string), copied once when the rerun starts, so that the rerun can
+  itself be rerun from one of them. (A run recorded by an earlier version keeps
+  its own steps' here, and its compensations' in ``undo_comp``: still read.)
+  ``operations.replay`` finds from these, the attempts' and the run's context the
+  context a step began with (a rerun from that step begins with it).
 
 Every function returns a new dict; none changes the one it is given.
 """
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
 __all__ = [
     "Awaiting",
+    "Changes",
     "Compensation",
     "PendingWait",
     "RunState",
@@ -41,26 +44,26 @@ __all__ = [
     "awaited_slots",
     "awaiting",
     "between_steps",
-    "compensation_changed",
     "compensation_pending",
-    "context_before",
+    "compensations_undone",
     "delivered",
     "event_slot",
     "forget_call",
     "has_children",
-    "partial_changes",
+    "partial",
     "pending_wait",
     "received",
     "recorded_children",
     "recorded_start",
     "resume",
     "retried",
+    "rerun_state",
     "satisfied",
     "slot_of",
     "step_completed",
     "suspended",
     "unanswered_input",
-    "undo_before",
+    "undo",
     "waiting_label",
     "with_awaiting",
     "with_children",
@@ -398,102 +401,44 @@ def without_compensated(state: RunState | None, index: int) -> RunState:
     return new
 
 
-# --- context changes (replay and repair) --------------------------------------------
-
-_ABSENT = object()
+# --- context changes (replay and repair: the algebra is operations.replay) -----------
 
 
-def _changes(before: dict, after: dict) -> Changes:
-    """What turned ``before`` into ``after``, as ``before``'s values of the names that
-    differ: ``[value]``, or ``[]`` for a name ``before`` did not have."""
-    if before is after or before == after:
-        return {}
-    changed: Changes = {}
-    for name in before.keys() | after.keys():
-        old = before.get(name, _ABSENT)
-        if old is _ABSENT:
-            changed[name] = []
-        elif after.get(name, _ABSENT) is _ABSENT or after[name] != old:
-            changed[name] = [old]
-    return changed
+def partial(state: RunState | None) -> Changes:
+    """What the current step's suspended executions changed in the context so far."""
+    return dict(_of(state).get("partial") or {})
 
 
-def _undo(context: dict, changes: Changes | None) -> None:
-    """Put back, in ``context``, the values ``changes`` replaced (in place)."""
-    for name, old in (changes or {}).items():
-        if old:
-            context[name] = old[0]
-        else:
-            context.pop(name, None)
-
-
-def _began_with(state: RunState | None, context: dict) -> dict:
-    """The context when the current step began: ``context`` without what its suspended
-    executions saved (``partial``)."""
-    partial = _of(state).get("partial")
-    if not partial:
-        return context
-    began = dict(context)
-    _undo(began, partial)
-    return began
-
-
-def partial_changes(state: RunState | None, context: dict, data: dict) -> Changes:
-    """What the current step changed so far, when it suspends with ``data`` as its
-    context (``context``: the run's context when this execution began)."""
-    return _changes(_began_with(state, context or {}), data)
-
-
-def with_partial(state: RunState | None, partial: Changes) -> RunState:
+def with_partial(state: RunState | None, changes: Changes) -> RunState:
     new = _of(state).copy()
-    if partial:
-        new["partial"] = partial
+    if changes:
+        new["partial"] = changes
     else:
         new.pop("partial", None)
     return new
 
 
-def step_completed(state: RunState | None, index: int, context: dict, data: dict) -> RunState:
-    """The state once step ``index`` completed with ``data`` as the context
-    (``context``: the run's context when this execution began): its changes recorded
-    under ``undo``, its ``partial`` gone. The same dict when nothing changed."""
+def step_completed(state: RunState | None) -> RunState:
+    """The state once the current step completed: its ``partial`` gone (what it
+    replaced goes with its attempt's record). The same dict when it had none."""
     state = _of(state)
-    changes = _changes(_began_with(state, context or {}), data)
-    if not changes and "partial" not in state:
+    if "partial" not in state:
         return state
     new = state.copy()
-    new.pop("partial", None)
-    if changes:
-        new["undo"] = {**(state.get("undo") or {}), str(index): changes}
+    del new["partial"]
     return new
 
 
-def compensation_changed(state: RunState | None, context: dict, data: dict) -> RunState:
-    """The state once a compensation completed with ``data`` as the context."""
-    changes = _changes(context or {}, data)
-    if not changes:
-        return state or {}
-    return {**_of(state), "undo_comp": [*(_of(state).get("undo_comp") or []), changes]}
+def undo(state: RunState | None) -> dict[int, Changes]:
+    """The ``undo`` entries, by step index."""
+    return {int(index): changes for index, changes in (_of(state).get("undo") or {}).items()}
 
 
-def context_before(context: dict | None, state: RunState | None, index: int) -> dict:
-    """The context as it was when step ``index`` began, from the run's ``context`` now
-    and what its state recorded: nothing that step or a later one put, in any
-    execution, nor what compensations changed since. A new dict."""
-    state = _of(state)
-    began = dict(context or {})
-    for changes in reversed(state.get("undo_comp") or []):
-        _undo(began, changes)
-    _undo(began, state.get("partial"))
-    undo = state.get("undo") or {}
-    for step in sorted((int(name) for name in undo), reverse=True):
-        if step >= index:
-            _undo(began, undo[str(step)])
-    return copy.deepcopy(began)
+def compensations_undone(state: RunState | None) -> list[Changes]:
+    """The ``undo_comp`` entries, oldest first (a run recorded by an earlier version)."""
+    return list(_of(state).get("undo_comp") or [])
 
 
-def undo_before(state: RunState | None, index: int) -> dict[str, Changes]:
-    """The ``undo`` entries of the steps before ``index``: a rerun from that step keeps
-    them, so that it can itself be rerun from an earlier step."""
-    undo = _of(state).get("undo") or {}
-    return {name: changes for name, changes in undo.items() if int(name) < index}
+def rerun_state(undo: dict[int, Changes]) -> RunState:
+    """A rerun's first state: what the steps before its first one replaced (``undo``)."""
+    return {"undo": {str(index): undo[index] for index in sorted(undo)}} if undo else {}

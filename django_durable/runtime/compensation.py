@@ -23,7 +23,7 @@ from typing import Any
 from django_durable import store, telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
-from django_durable.operations import finish
+from django_durable.operations import finish, replay
 from django_durable.operations import state as run_state
 from django_durable.operations.state import Suspend
 from django_durable.runtime import calling
@@ -117,8 +117,6 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
                 return executed
             _failed(run, index, step, started_at, exc)
             return executed
-        # What the compensation changed in the context, kept for a rerun (operations/state.py).
-        run.state = run_state.compensation_changed(run.state, run.context, ctx.data)
         try:
             # The next compensation is the first still pending (state.py keeps the order).
             state = run_state.without_compensated(run.state, index)
@@ -131,6 +129,9 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
                 ctx.data,
                 state=state,
                 last=not run_state.compensation_pending(state),
+                # What it replaced in the context, with its attempt, for a rerun
+                # (operations/replay.py).
+                replaced=replay.changes(run.context, ctx.data),
             )
         except store.LeaseLost:
             return executed

@@ -38,7 +38,7 @@ from django_durable.exceptions import (
     StepTimeout,
 )
 from django_durable.models import Run, Status
-from django_durable.operations import children, deliveries, finish, parents
+from django_durable.operations import children, deliveries, finish, parents, replay
 from django_durable.operations import state as run_state
 from django_durable.operations.state import Suspend
 from django_durable.runtime import calling, compensation, telling
@@ -158,8 +158,8 @@ def _attempt(
             return _failed(workflow, run, step, started_at, late)
         try:
             _check_recordable(ctx.data, None, step)
-            # What the step changed so far, kept for a rerun from it (operations/state.py, "undo").
-            partial = run_state.partial_changes(run.state, run.context, ctx.data)
+            # What the step changed so far, kept for a rerun from it (operations/replay.py).
+            partial = replay.step_changes(run.state, run.context, ctx.data)
             deliveries.suspend(run, step.name, started_at, ctx.data, waits, wait, partial=partial)
         except store.LeaseLost:
             return 0
@@ -192,11 +192,19 @@ def _attempt(
     try:
         _check_recordable(ctx.data, output, step)
         run.context = ctx.data
-        # What the step changed in the context, kept for a rerun from a step (operations/state.py).
-        run.state = run_state.step_completed(previous_state, run.step_index, previous, ctx.data)
+        # What the step replaced in the context, written once with its attempt, for a
+        # rerun from a step (operations/replay.py).
+        replaced = replay.step_changes(previous_state, previous, ctx.data)
+        run.state = run_state.step_completed(previous_state)
         if not last:
             store.record_step_completed(
-                run, step.name, started_at, output, last=False, state=_after_step(run)
+                run,
+                step.name,
+                started_at,
+                output,
+                last=False,
+                state=_after_step(run),
+                replaced=replaced,
             )
     except store.LeaseLost:
         return 0
@@ -205,7 +213,7 @@ def _attempt(
         return _unrecordable(workflow, run, step, started_at, exc)
     if not last:
         return None  # the next step
-    attempt = store.completed_attempt(run, step.name, started_at, output)
+    attempt = store.completed_attempt(run, step.name, started_at, output, replaced)
     completion = store.Completion(run, attempt, output, _after_step(run))
     last_step = LastStep(completion, previous, previous_state)
     # Recorded here, or by the worker's recorder with others: either way the run

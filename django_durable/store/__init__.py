@@ -7,8 +7,12 @@ every later write of the claiming worker is fenced (``fence`` must still be the
 value the claim set, and the run must still be running).
 
 Each module keeps its statements as named constants with a comment on what they
-do and which index serves them. This face re-exports what the modules list in
-their ``__all__``, and nothing else.
+do and which index serves them. This face is the whole face: the rest of the package
+imports names from here, never from a module of the store (tests/test_architecture.py
+checks it), but for one: ``store.flow``, whose ``source`` is the hook that
+``apps.ready()`` sets to the workflows' flow limits and the claim calls (a name
+re-exported here would be a copy taken before it is set), imported as a module with
+the ``FlowLimit`` values the hook returns. (Tests may reach into the modules.)
 
 Lock order: where one transaction locks both a key's holder and the run waiting
 behind it, it locks the holder first (``get_holder(lock=True)``, then
@@ -56,6 +60,26 @@ from django_durable.store.compensations import (
 from django_durable.store.depth import (
     queue_depths,
 )
+from django_durable.store.diagnostics import (
+    connection_limits,
+    database_clock,
+    index_names,
+    listening_sessions,
+    notify_round_trip,
+    outdated_functions,
+)
+from django_durable.store.estimates import (
+    status_estimates,
+)
+from django_durable.store.flow_reads import (
+    begins_in_window,
+    due_by_key,
+    running_by_key,
+    running_of,
+)
+from django_durable.store.functions import (
+    after_migrate,
+)
 from django_durable.store.handoffs import hand_off
 from django_durable.store.holders import (
     active_children,
@@ -87,7 +111,13 @@ from django_durable.store.queues import (
     queue_counts,
     set_paused,
 )
-from django_durable.store.reruns import began_steps, make_rerun, rerun_already, reruns_of
+from django_durable.store.reruns import (
+    began_steps,
+    make_rerun,
+    replaced_values,
+    rerun_already,
+    reruns_of,
+)
 from django_durable.store.runs import (
     Recovery,
     current_status,
@@ -104,6 +134,10 @@ from django_durable.store.schedules import (
     lock_due_schedules,
     lock_schedule,
     record_manual_fire,
+)
+from django_durable.store.schema import (
+    has_table,
+    unapplied_migrations,
 )
 from django_durable.store.starts import (
     DuplicateNote,
@@ -188,6 +222,7 @@ __all__ = [
     "began_steps",
     "make_rerun",
     "rerun_already",
+    "replaced_values",
     "reruns_of",
     "queue_counts",
     "queue_depths",
@@ -232,4 +267,18 @@ __all__ = [
     "wake_parent",
     "watch_claims",
     "worker_heartbeat",
+    "connection_limits",
+    "database_clock",
+    "index_names",
+    "listening_sessions",
+    "notify_round_trip",
+    "outdated_functions",
+    "status_estimates",
+    "begins_in_window",
+    "due_by_key",
+    "running_by_key",
+    "running_of",
+    "after_migrate",
+    "has_table",
+    "unapplied_migrations",
 ]

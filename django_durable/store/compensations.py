@@ -102,9 +102,11 @@ def record_compensation_completed(
     *,
     state: dict,
     last: bool,
+    replaced: dict | None = None,
 ) -> None:
     """Record an undone step and the run's new ``state``; ``last`` (nothing left to
-    undo) ends the run ``compensated``."""
+    undo) ends the run ``compensated``. ``replaced``: what it replaced in the context,
+    kept with its attempt."""
     changes: dict[str, Any] = {"attempt": 1, "state": state, "context": context}
     if last:
         changes.update(
@@ -114,7 +116,13 @@ def record_compensation_completed(
         if not _owned_compensating(run).update(**changes):
             raise LeaseLost(run.id)
         attempt = _compensation_attempt(
-            run, index, name, StepAttempt.Outcome.COMPLETED, started_at, output=output
+            run,
+            index,
+            name,
+            StepAttempt.Outcome.COMPLETED,
+            started_at,
+            output=output,
+            replaced=replaced or None,
         )
         insert(attempt)
     for field, value in changes.items():

@@ -3,7 +3,8 @@
 The engine's read-only statements: the database's clock, the sessions that LISTEN
 on the channel, the connection limits, and one NOTIFY sent and waited for on a
 listening connection of its own. Where the engine has none (SQLite) each returns
-``None``: there is no server to ask.
+``None``: there is no server to ask. And, on every database, the names of the
+indexes and constraints its tables have (Django's introspection).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django_durable.store.workers import listen_statement, open_listener
 __all__ = [
     "connection_limits",
     "database_clock",
+    "index_names",
     "listening_sessions",
     "notify_round_trip",
     "outdated_functions",
@@ -29,6 +31,19 @@ def database_clock() -> datetime | None:
     if statement is None:
         return None
     return fetchone(statement, [])[0]
+
+
+def index_names(tables: list[str]) -> set[str]:
+    """The names of the indexes and constraints of those of ``tables`` the database
+    has, through Django's introspection."""
+    connection = db()
+    names: set[str] = set()
+    with connection.cursor() as cursor:
+        present = set(connection.introspection.table_names(cursor))
+        for table in tables:
+            if table in present:
+                names |= set(connection.introspection.get_constraints(cursor, table))
+    return names
 
 
 def listening_sessions(channel: str) -> int | None:

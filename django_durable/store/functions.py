@@ -43,12 +43,12 @@ CURRENT = {
     "durable_start": "durable_start_v2",
     "durable_claim": "durable_claim_v5",
     "durable_next_due_at": "durable_next_due_at_v1",
-    "durable_record_step": "durable_record_step_v1",
+    "durable_record_step": "durable_record_step_v2",
 }
 
 # The previous versions a migration keeps installed beside the current ones, for the
 # previous release's processes during a rolling deploy (dropped a release later).
-KEPT = ("durable_start_v1",)
+KEPT = ("durable_start_v1", "durable_record_step_v1")
 
 # Where the migrations keep the functions' text, one file per version.
 SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"

@@ -1,6 +1,6 @@
 """What replay and repair reads and writes (``operations.rerun``): a new run made a
 rerun of another (its origin, the step it begins at, its context), the steps a run
-began, and a run's reruns."""
+began, what its completed attempts replaced in its context, and a run's reruns."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 
 from django_durable.models import Run, StepAttempt
 
-__all__ = ["began_steps", "make_rerun", "rerun_already", "reruns_of"]
+__all__ = ["began_steps", "make_rerun", "replaced_values", "rerun_already", "reruns_of"]
 
 
 def make_rerun(
@@ -41,6 +41,27 @@ def began_steps(run_id: uuid.UUID) -> set[int]:
         .values_list("step_index", flat=True)
         .distinct()
     )
+
+
+def replaced_values(run_id: uuid.UUID) -> tuple[dict[int, dict], list[dict]]:
+    """What the run's completed attempts replaced in its context
+    (``StepAttempt.replaced``): each step's, by step index, and each compensation's,
+    oldest first; one query, through the index of the attempts' run."""
+    steps: dict[int, dict] = {}
+    compensations: list[dict] = []
+    rows = (
+        StepAttempt.objects.filter(
+            run_id=run_id, status=StepAttempt.Outcome.COMPLETED, replaced__isnull=False
+        )
+        .order_by("id")
+        .values_list("kind", "step_index", "replaced")
+    )
+    for kind, index, replaced in rows:
+        if kind == StepAttempt.Kind.STEP:
+            steps[index] = replaced
+        else:
+            compensations.append(replaced)
+    return steps, compensations
 
 
 def reruns_of(run_ids: list[uuid.UUID], from_step: str | None = None) -> QuerySet[Run]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from django_durable.store.base import alias
+
 APP = "django_durable"
 
-__all__ = ["forget", "unapplied_migrations"]
+__all__ = ["forget", "has_table", "unapplied_migrations"]
 
 # The aliases found with every migration of the app applied.
 _migrated: set[str] = set()
@@ -34,6 +36,14 @@ def unapplied_migrations(alias: str) -> list[str] | None:
     if not names:
         _migrated.add(alias)
     return names
+
+
+def has_table(table: str) -> bool:
+    """Whether django-durable's database has ``table`` (after a ``migrate`` backwards,
+    it may not)."""
+    connection = connections[alias()]
+    with connection.cursor() as cursor:
+        return table in connection.introspection.table_names(cursor)
 
 
 def forget() -> None:

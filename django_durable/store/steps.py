@@ -76,6 +76,7 @@ def _record(run: Run, change: str, changes: dict[str, Any], attempt: StepAttempt
             "worker_id": attempt.worker_id,
             "started_at": attempt.started_at,
             "finished_at": attempt.finished_at,
+            "replaced": as_json(attempt.replaced),
         }
         (recorded,) = fetchone(statement, params, connection)
         if recorded is None:
@@ -143,6 +144,7 @@ def record_last_steps(completions: Sequence[Completion]) -> list[Run]:
         "worker_ids": [c.attempt.worker_id for c, _ in rows],
         "started_ats": [c.attempt.started_at for c, _ in rows],
         "finished_ats": [c.attempt.finished_at for c, _ in rows],
+        "replaced": [as_json(c.attempt.replaced) for c, _ in rows],
     }
     recorded: dict[uuid.UUID, int] = dict(fetchall(engine().RECORD_LAST_STEPS, params))
     completed = []
@@ -166,11 +168,19 @@ def _recorded(run: Run, changes: dict[str, Any], attempt: StepAttempt, attempt_i
 
 
 def record_step_completed(
-    run: Run, step_name: str, started_at: datetime, output: Any, *, last: bool, state: dict
+    run: Run,
+    step_name: str,
+    started_at: datetime,
+    output: Any,
+    *,
+    last: bool,
+    state: dict,
+    replaced: dict | None = None,
 ) -> None:
     """Record a completed step and advance the run, with ``state`` (what the step's
-    end leaves of it: the caller's); the last step also finishes it."""
-    attempt = completed_attempt(run, step_name, started_at, output)
+    end leaves of it: the caller's) and, in its attempt, ``replaced`` (what it replaced
+    in the context); the last step also finishes it."""
+    attempt = completed_attempt(run, step_name, started_at, output, replaced)
     if last:
         record_completion(Completion(run, attempt, output, state))
         return
@@ -184,9 +194,19 @@ def record_completion(completion: Completion) -> None:
     _record(run, "last", _last_step_changes(run, attempt, output, state), attempt)
 
 
-def completed_attempt(run: Run, step_name: str, started_at: datetime, output: Any) -> StepAttempt:
-    """The row of the current step's completed attempt, finished now."""
-    return attempt_of(run, step_name, StepAttempt.Outcome.COMPLETED, started_at, output=output)
+def completed_attempt(
+    run: Run, step_name: str, started_at: datetime, output: Any, replaced: dict | None = None
+) -> StepAttempt:
+    """The row of the current step's completed attempt, finished now, with what it
+    replaced in the context (none: null)."""
+    return attempt_of(
+        run,
+        step_name,
+        StepAttempt.Outcome.COMPLETED,
+        started_at,
+        output=output,
+        replaced=replaced or None,
+    )
 
 
 def record_step_failed(

@@ -37,6 +37,7 @@ from django_durable.tasks.workflows import (
     PREFIX,
     TaskImportError,
     as_json,
+    check_arguments,
     task_of_run,
     workflow_for,
 )
@@ -78,14 +79,17 @@ class DurableBackend(BaseTaskBackend):
         workflow_for(task)
 
     def enqueue(self, task: Task, args, kwargs) -> TaskResult:
-        """Start a run of the task's workflow; a duplicate key returns the holder's result."""
+        """Start a run of the task's workflow; a duplicate key returns the holder's result.
+
+        Refused before anything is written: arguments the task function does not take
+        (the ``TypeError`` a call would raise), arguments the framework's
+        ``normalize_json`` refuses, and an input ``start()`` refuses (a dict key that
+        is not a str, over ``DURABLE["MAX_VALUE_BYTES"]``)."""
         self.validate_task(task)
+        check_arguments(task, args, kwargs)
         workflow = workflow_for(task)
         options = options_of(task)
-        payload = {
-            "args": as_json(list(args), "arguments"),
-            "kwargs": as_json(dict(kwargs), "kwargs"),
-        }
+        payload = {"args": as_json(list(args)), "kwargs": as_json(dict(kwargs))}
         start_options: dict[str, Any] = {"priority": task.priority}
         if options.key is not None:
             start_options["key"] = options.key(*args, **kwargs)

@@ -1,5 +1,7 @@
 """The Tasks framework's names, from Django 6's ``django.tasks`` or, on Django 5.2,
-the ``django-tasks`` backport (the same API under another package)."""
+the ``django-tasks`` backport (the same API under another package). ``normalize_json``
+is the framework's own (``django.utils.json`` / ``django_tasks.utils``): what every
+backend makes of a task's arguments and return value."""
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -10,6 +12,7 @@ try:
     from django.tasks.checks import check_tasks
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     LOGGER_NAME = "django.tasks"  # where the framework logs its task lines
 except ImportError:  # Django 5.2: the backport package
@@ -24,6 +27,7 @@ except ImportError:  # Django 5.2: the backport package
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
         from django_tasks.signals import task_enqueued, task_finished, task_started
+        from django_tasks.utils import normalize_json
 
         LOGGER_NAME = "django_tasks"
     except ImportError as exc:
@@ -44,6 +48,7 @@ __all__ = [
     "TaskResultMismatch",
     "TaskResultStatus",
     "check_tasks",
+    "normalize_json",
     "task_enqueued",
     "task_finished",
     "task",

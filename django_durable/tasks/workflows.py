@@ -14,7 +14,7 @@ raise, and an ``UnknownWorkflow``, as any unknown workflow name is in django-dur
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -29,6 +29,7 @@ from django_durable.tasks.framework import (
     TaskContext,
     TaskResult,
     TaskResultStatus,
+    normalize_json,
     task_finished,
     task_started,
 )
@@ -38,7 +39,15 @@ from django_durable.workflows.definition import Workflow, registry, step
 if TYPE_CHECKING:
     from django_durable.models import Run
 
-__all__ = ["PREFIX", "STEP", "TaskImportError", "as_json", "task_of_run", "workflow_for"]
+__all__ = [
+    "PREFIX",
+    "STEP",
+    "TaskImportError",
+    "as_json",
+    "check_arguments",
+    "task_of_run",
+    "workflow_for",
+]
 
 logger = logging.getLogger("django_durable.tasks")
 
@@ -57,12 +66,23 @@ class TaskImportError(UnknownWorkflow, ImportError):
     Tasks framework's backends raise."""
 
 
-def as_json(value: Any, what: str) -> Any:
-    """``value`` as JSON gives it back (tuples become lists); TypeError if it is not JSON."""
+def as_json(value: Any) -> Any:
+    """``value`` as the framework normalises a task's arguments and return value, on
+    every backend (tuples become lists, bytes str): its ``TypeError`` ("Unsupported
+    type") or ``ValueError`` for what it cannot."""
+    return normalize_json(value)
+
+
+def check_arguments(task: Task, args: tuple, kwargs: dict) -> None:
+    """The ``TypeError`` calling the task function with ``args`` and ``kwargs`` would
+    raise (too many, missing, unexpected), at enqueue rather than in the worker."""
+    signature = inspect.signature(task.func)
+    if task.takes_context:  # the first parameter is the context the worker passes
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
     try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"a durable task's {what} must be JSON-serialisable: {exc}") from None
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"task {task.name}: {exc}") from None
 
 
 def _flow_key_of_arguments(function):
@@ -168,7 +188,7 @@ def _run_task(self, ctx):
             value = task.call(TaskContext(task_result=result), *args, **kwargs)
         else:
             value = task.call(*args, **kwargs)
-        value = as_json(value, "return value")
+        value = as_json(value)
     except KeyboardInterrupt:
         results.end_attempt(began)
         raise

@@ -21,7 +21,6 @@ from django.db import DatabaseError
 
 from django_durable import store
 from django_durable.store import flow as store_flow
-from django_durable.store import flow_reads
 from django_durable.telemetry.instruments import RunFacts, labels, on
 
 try:  # opentelemetry is optional
@@ -143,11 +142,11 @@ def observe_flow(options: Any) -> list[Any]:
 def _held() -> list[Any]:
     observed = []
     for name, limit in store_flow.source().items():
-        running = flow_reads.running_by_key(name)
-        due = flow_reads.due_by_key(name)
+        running = store.running_by_key(name)
+        due = store.due_by_key(name)
         held = held_back(limit, running, due)
         if limit.rate is not None:
-            begun = flow_reads.begins_in_window(name, list(due), limit.per)
+            begun = store.begins_in_window(name, list(due), limit.per)
             full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate}
             held = max(held, sum(n for k, n in due.items() if k in full))
         observed.append(Observation(held, {"durable.workflow": name}))

@@ -6,7 +6,10 @@ clear exception, instead of by the database when it is written (PostgreSQL's
 ``jsonb`` refuses NUL and lone surrogates; Python's ``json`` gives up past its
 recursion limit):
 
-- ``TypeError``: not JSON (a set, an object, NaN);
+- ``TypeError``: not JSON (a set, an object, NaN); and, for what a caller passes
+  in (``str_keys=True``: inputs, event payloads, provided inputs), a dict key that
+  is not a str, which JSON would silently turn into one (``{1: "a"}`` would come
+  back as ``{"1": "a"}``);
 - ``ValueError``: a string (or a key) holding NUL (``"\\x00"``) or a lone
   surrogate, nesting deeper than ``MAX_DEPTH``, or a value whose JSON text is
   larger than ``DURABLE["MAX_VALUE_BYTES"]``.
@@ -22,6 +25,7 @@ __all__ = [
     "MAX_DEPTH",
     "check_json",
     "check_size",
+    "check_text_size",
     "check_text",
     "checked_json",
     "json_size",
@@ -54,16 +58,18 @@ _CONTAINERS = (dict, list, tuple)
 _PLAIN_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
-def _check_tree(value: Any, what: str) -> bool:
+def _check_tree(value: Any, what: str) -> tuple[bool, bool]:
     """Walk ``value`` without recursion: depth, and every string and key. Only
     containers go on the stack; their strings are checked as they are met.
 
     Returns whether the tree is plain: exact dicts with exact str keys, lists, and
-    exact str, int, float, bool or None (``_PLAIN_TYPES``)."""
+    exact str, int, float, bool or None (``_PLAIN_TYPES``); and whether every dict
+    key is a str (a subclass included)."""
     plain = type(value) in _PLAIN_TYPES
+    str_keys = True
     if isinstance(value, str):
         check_text(value, what)
-        return plain
+        return plain, str_keys
     stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, _CONTAINERS) else []
     while stack:
         item, depth = stack.pop()
@@ -75,6 +81,8 @@ def _check_tree(value: Any, what: str) -> bool:
                     plain = False
                 if isinstance(key, str):
                     check_text(key, what)
+                else:
+                    str_keys = False
             children = item.values()
         else:
             children = item
@@ -87,7 +95,26 @@ def _check_tree(value: Any, what: str) -> bool:
                 check_text(child, what)
             elif kind is dict or kind is list:
                 stack.append((child, depth + 1))
-    return plain
+    return plain, str_keys
+
+
+def _first_key_not_str(value: Any, what: str) -> str:
+    """Where the first dict key that is not a str is, and what it is: the message of
+    ``checked_json(str_keys=True)``'s ``TypeError`` (walked only once one is known)."""
+    stack: list[tuple[Any, str]] = [(value, what)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    return (
+                        f"{path} has a key that is not a str: {key!r} "
+                        f"({type(key).__name__}); JSON would store it as a str"
+                    )
+            stack.extend((child, f"{path}[{key!r}]") for key, child in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            stack.extend((child, f"{path}[{n}]") for n, child in reversed(list(enumerate(item))))
+    raise AssertionError("no key that is not a str")  # the walk found one: unreachable
 
 
 def _walked_as(value: Any) -> type | None:
@@ -113,10 +140,13 @@ def json_text(value: Any, what: str) -> str:
     return checked_json(value, what)[0]
 
 
-def checked_json(value: Any, what: str) -> tuple[str, bool]:
+def checked_json(value: Any, what: str, *, str_keys: bool = False) -> tuple[str, bool]:
     """``json_text``, and whether ``value`` is plain: its text reads back as an equal
-    value, so a caller that wants what a reader gets back may keep ``value``."""
-    plain = _check_tree(value, what)
+    value, so a caller that wants what a reader gets back may keep ``value``.
+    ``str_keys``: a dict key that is not a str is a ``TypeError`` naming where it is."""
+    plain, keys_are_str = _check_tree(value, what)
+    if str_keys and not keys_are_str:
+        raise TypeError(_first_key_not_str(value, what))
     try:
         return _ENCODER.encode(value), plain
     except (TypeError, ValueError) as exc:
@@ -130,7 +160,13 @@ def json_size(value: Any) -> int:
 
 def check_size(value: Any, what: str, limit: int) -> None:
     """``ValueError`` when ``value``'s JSON text is larger than ``limit`` bytes."""
-    size = json_size(value)
+    check_text_size(_ENCODER.encode(value), what, limit)
+
+
+def check_text_size(text: str, what: str, limit: int) -> None:
+    """``ValueError`` when ``text`` (a JSON text of this module's encoder: ASCII, so
+    one byte a character) is larger than ``limit`` bytes."""
+    size = len(text)
     if size > limit:
         raise ValueError(
             f"{what} is {size} bytes of JSON, over the limit of {limit} "

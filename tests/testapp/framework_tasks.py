@@ -88,3 +88,13 @@ class PaymentDeclined(Exception):
 @task
 def declines():
     raise PaymentDeclined("card declined")
+
+
+@task
+def echo(value):
+    return value
+
+
+@task(takes_context=True)
+def echo_with_context(context, value, *, times=1):
+    return [value] * times

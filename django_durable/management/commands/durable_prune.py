@@ -1,20 +1,18 @@
+from argparse import ArgumentTypeError
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
 import django_durable as durable
+from django_durable.workflows.durations import parse_duration
 
 
-def parse_duration(text: str) -> timedelta:
-    """'30d', '12h', '15m', '90s' or a number of seconds."""
-    units = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-    text = text.strip()
+def older_than(text: str) -> timedelta:
+    """--older-than: a bad duration is the parser's error (usage, one line, exit 2)."""
     try:
-        if text and text[-1] in units:
-            return timedelta(**{units[text[-1]]: float(text[:-1])})
-        return timedelta(seconds=float(text))
-    except ValueError:
-        raise CommandError(f"not a duration: {text!r} (use 30d, 12h, 15m, 90s)") from None
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -23,18 +21,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--older-than",
-            type=parse_duration,
+            type=older_than,
             default=None,
-            help="Override DURABLE['RUN_RETENTION'] (e.g. 30d, 12h).",
+            help="Override DURABLE['RUN_RETENTION'] (e.g. 30d, 12h; 0 prunes every finished run).",
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
         )
 
     def handle(self, *args, older_than=None, dry_run=False, **options):
+        try:
+            count = durable.prune(older_than, dry_run=dry_run)
+        except ValueError as exc:  # an age reaching back before year 1
+            raise CommandError(str(exc), returncode=2) from None
         if dry_run:
-            count = durable.prune(older_than, dry_run=True)
             self.stdout.write(f"{count} finished runs would be pruned")
             return
-        count = durable.prune(older_than)
         self.stdout.write(f"pruned {count} finished runs")

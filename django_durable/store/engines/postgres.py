@@ -315,15 +315,15 @@ WHERE durable_run.status IN ('pending', 'waiting', 'compensating')
 
 # A step's record as one function call, atomic on its own: the fenced UPDATE of the
 # run (by its primary key, fence and status), then its attempt's row when the run is
-# still this worker's (durable_record_step_v1's .sql file). Returns the attempt's id,
-# or NULL: the run is not this worker's.
+# still this worker's, with what the step replaced in the context (durable_record_step_v2's
+# .sql file). Returns the attempt's id, or NULL: the run is not this worker's.
 RECORD_STEP = """
-SELECT durable_record_step_v1(
+SELECT durable_record_step_v2(
     %(change)s::text, %(run_id)s::uuid, %(fence)s::integer, %(step_index)s::integer,
     %(context)s::jsonb, %(state)s::jsonb, %(due_at)s::timestamptz, %(step)s::varchar,
     %(attempt)s::integer, %(outcome)s::varchar, %(output)s::jsonb, %(error)s::jsonb,
     %(logs)s::jsonb, %(worker_id)s::varchar, %(started_at)s::timestamptz,
-    %(finished_at)s::timestamptz
+    %(finished_at)s::timestamptz, %(replaced)s::jsonb
 )
 """
 
@@ -342,9 +342,9 @@ WITH done AS (
         %(contexts)s::jsonb[], %(states)s::jsonb[], %(outputs)s::jsonb[],
         %(steps)s::varchar[], %(attempts)s::integer[], %(logs)s::jsonb[],
         %(worker_ids)s::varchar[], %(started_ats)s::timestamptz[],
-        %(finished_ats)s::timestamptz[]
+        %(finished_ats)s::timestamptz[], %(replaced)s::jsonb[]
     ) AS d (run_id, fence, step_index, context, state, output, step, attempt, logs,
-            worker_id, started_at, finished_at)
+            worker_id, started_at, finished_at, replaced)
 ),
 completed AS (
     UPDATE durable_run AS r
@@ -357,10 +357,10 @@ completed AS (
 )
 INSERT INTO durable_step_attempt (
     run_id, kind, step, step_index, attempt, status, output, error, logs, worker_id,
-    started_at, finished_at
+    started_at, finished_at, replaced
 )
 SELECT d.run_id, 'step', d.step, d.step_index, d.attempt, 'completed', d.output, NULL,
-       d.logs, d.worker_id, d.started_at, d.finished_at
+       d.logs, d.worker_id, d.started_at, d.finished_at, d.replaced
 FROM done AS d JOIN completed AS c ON c.id = d.run_id
 RETURNING run_id, id
 """
@@ -377,11 +377,14 @@ REFUSES_WRITES = "SELECT pg_is_in_recovery() OR current_setting('transaction_rea
 
 # --- what doctor and the dashboard ask the server ---------------------------------------
 
-# Sessions other than this one whose last statement was a worker's LISTEN on the
-# channel (%s: the LISTEN statement). pg_stat_activity, a view: no index.
-LISTENING_SESSIONS = (
-    "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND pid <> pg_backend_pid()"
-)
+# Sessions of this database, other than this one, whose last statement was a worker's
+# LISTEN on the channel (%s: the LISTEN statement); another database's workers on the
+# same server listen on a channel of their own database. pg_stat_activity, a view: no
+# index.
+LISTENING_SESSIONS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE query = %s AND pid <> pg_backend_pid() AND datname = current_database()
+"""
 
 # How many connections the server allows to non-superusers, and how many are open.
 # pg_stat_activity, a view: no index.

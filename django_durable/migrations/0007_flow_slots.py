@@ -98,7 +98,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("django_durable", "0005_flow_claim_one_statement"),
+        ("django_durable", "0006_step_undo"),
     ]
 
     operations = [
