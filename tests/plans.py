@@ -39,8 +39,8 @@ _CLAIM_FROM_KEYS = re.sub(
 )
 # The open queues served (the function's first statement), each with the claim's
 # limit as its room.
-_OPEN = "(SELECT array_agg(s.name ORDER BY s.name) FROM ({}) AS s)".format(
-    _statement(CLAIM_FUNCTION, r"INTO v_open FROM \((.*?)\) AS s;")
+_OPEN = "({})".format(
+    _statement(CLAIM_FUNCTION, r"(SELECT array_agg\(s\.name.*?);").replace(" INTO v_open", "")
 )
 _SERVED = {
     "v_open": _OPEN,
@@ -97,6 +97,25 @@ def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
         "v_place": _sql_array(list(range(1, len(chosen) + 1)), "numeric"),
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_FROM_KEYS)
+
+
+# The room of each queue served (counted after the queues' locks) and the claim's
+# last statement (the rate slots, each run's slots, the UPDATE), for the ids given.
+_CLAIM_ROOM = _statement(CLAIM_FUNCTION, r"(SELECT array_agg\(CASE WHEN l\.cap.*?USING \(name\));")
+CLAIM_ROOM_QUERY = re.sub(
+    r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], _CLAIM_ROOM.replace(" INTO v_room", "")
+)
+_CLAIM_SLOTS = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(WITH rated AS .*?d\.queue_slot);")
+
+
+def claim_slots_query(ids: list[str]) -> str:
+    """The claim's last statement for the runs ``ids`` (no begins), for a plan."""
+    values = {
+        **_NAMED,
+        "v_ids": f"ARRAY[{', '.join(repr(str(i)) for i in ids)}]::uuid[]",
+        "v_rate_slots": f"array_fill(NULL::integer, ARRAY[{len(ids)}])",
+    }
+    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_SLOTS)
 
 
 NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")

@@ -21,7 +21,7 @@ from pathlib import Path
 from django.db import migrations, models
 
 SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = ["durable_claim_v5"]
+FUNCTIONS = ["durable_claimable_v1", "durable_holds_worker_v1", "durable_claim_v5"]
 DROPPED = [
     "durable_claim_v1",
     "durable_claim_v2",

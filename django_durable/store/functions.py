@@ -44,6 +44,11 @@ CURRENT = {
     "durable_claim": "durable_claim_v5",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v2",
+    # Called by durable_claim_v5, not by the code: its rules of a claimable run and of
+    # a run holding a worker, written once. Listed so that a database that lacks them
+    # is seen (``durable doctor``) and gets them (``install_missing_functions``).
+    "durable_claimable": "durable_claimable_v1",
+    "durable_holds_worker": "durable_holds_worker_v1",
 }
 
 # The previous versions a migration keeps installed beside the current ones, for the
