@@ -68,7 +68,8 @@ def claim_values(queues, limits=None) -> list:
 
 @pytest.mark.parametrize("queues", [None, ["default"], ["default", "limited"]])
 def test_the_claim_reads_the_claim_index_in_priority_order(backlog, queues):
-    plan = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, claim_values(queues), generic=True)
+    values = claim_values(queues)
+    plan = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, values, generic=True)
     assert "Index Scan using durable_run_claim" in plan, plan
     assert "Seq Scan on durable_run" not in plan, plan
     # Only the few picked runs are sorted (across queues: "p.priority"), never a

@@ -269,6 +269,7 @@ BEGIN
         SELECT run.id, max(g.slot) FILTER (WHERE g.kind = 1) AS q, max(g.slot) FILTER (WHERE g.kind = 2) AS w,
                max(g.slot) FILTER (WHERE g.kind = 3) AS k
         FROM run LEFT JOIN given AS g USING (id) GROUP BY run.id
+        HAVING count(g.id) = count(g.slot)  -- a run with no free slot in a scope is not claimed
     )
     UPDATE durable_run AS d SET
         status = CASE WHEN d.status = 'compensating' THEN 'compensating' ELSE 'running' END,

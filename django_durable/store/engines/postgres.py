@@ -439,8 +439,12 @@ def workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) ->
 
 def sets_claim_level(connection) -> bool:
     """Whether the claim runs CLAIM_LEVEL first: when ``connection``'s alias names an
-    isolation level (the default is READ COMMITTED already)."""
-    return bool(connection.settings_dict.get("OPTIONS", {}).get("isolation_level"))
+    isolation level, or its psycopg connection was given one other than READ
+    COMMITTED (the server's default is READ COMMITTED already)."""
+    if connection.settings_dict.get("OPTIONS", {}).get("isolation_level"):
+        return True
+    level = getattr(connection.connection, "isolation_level", None)
+    return getattr(level, "name", "READ_COMMITTED") != "READ_COMMITTED"
 
 
 def lease_params(at: datetime, lease: timedelta) -> dict:
