@@ -13,7 +13,8 @@ from django.db import IntegrityError, connection, transaction
 
 import django_durable as durable
 from django_durable import store
-from django_durable.models import FlowRateSlot, Run, Status
+from django_durable.models import FlowRateSlot, FlowTurn, Run, Status
+from django_durable.operations.prune import prune
 from django_durable.store.flow import FlowLimit
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
 
@@ -201,3 +202,18 @@ def test_a_workflow_limit_lowered_below_its_running_runs_claims_nothing_of_it():
     lowered = {"per_tenant": FlowLimit(None, 1, None, None)}
     assert [r.workflow for r in claim(queues=("flow", "turns"), flow_limits=lowered)] == ["turns"]
     assert running(workflow="per_tenant") == 3
+
+
+def test_pruning_deletes_the_flow_rows_of_idle_keys_only():
+    """durable.prune() deletes the rate slots begun, and the turns claimed, longer
+    ago than a day (the longest ``per`` of the registered workflows is 2 s); a slot
+    or turn of the last day stays."""
+    at = store.now()
+    for key, age in (("tenant:idle", timedelta(days=2)), ("tenant:busy", timedelta(hours=1))):
+        FlowRateSlot.objects.create(
+            workflow="rated_per_tenant", flow_key=key, slot=0, begun_at=at - age
+        )
+        FlowTurn.objects.create(queue="flow", flow_key=key, claimed_at=at - age)
+    prune()
+    assert list(FlowRateSlot.objects.values_list("flow_key", flat=True)) == ["tenant:busy"]
+    assert list(FlowTurn.objects.values_list("flow_key", flat=True)) == ["tenant:busy"]

@@ -103,6 +103,7 @@ from django_durable.store.observers import (
 )
 from django_durable.store.pruning import (
     prune_activity,
+    prune_flow_rows,
     prune_runs,
 )
 from django_durable.store.queues import (
@@ -218,6 +219,7 @@ __all__ = [
     "due_now_by_workflow",
     "paused_queues",
     "prune_activity",
+    "prune_flow_rows",
     "prune_runs",
     "began_steps",
     "make_rerun",
