@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import Error, Info, Tags, Warning, register
 from django.db import router
 from django.urls import NoReverseMatch, reverse
 
@@ -193,6 +193,37 @@ def sqlite_transaction_warnings(databases: dict) -> list[Warning]:
                 )
             )
     return warnings
+
+
+def claim_level_notes(databases: dict) -> list[Info]:
+    """On PostgreSQL at another isolation level than READ COMMITTED, what the worker
+    does about it: its claim counts each limit's running runs after a lock, which
+    needs a fresh snapshot, so the store sets READ COMMITTED for the claim's own
+    transaction (store/claims.py); the limits themselves hold at any level, by the
+    slot indexes (docs/flow-control.md)."""
+    notes = []
+    for alias, config in databases.items():
+        if "postgresql" not in config.get("ENGINE", ""):
+            continue
+        level = (config.get("OPTIONS") or {}).get("isolation_level")
+        name = getattr(level, "name", str(level)).replace("_", " ")
+        if level is None or name == "READ COMMITTED":
+            continue
+        notes.append(
+            Info(
+                f"DATABASES[{alias!r}] runs at {name}: durable_worker sets READ COMMITTED "
+                "for its claim's own transaction (SET TRANSACTION), and every other "
+                "statement runs at the alias's level. Flow and queue limits hold at any "
+                "level: the slot indexes refuse a run past them.",
+                id="django_durable.I001",
+            )
+        )
+    return notes
+
+
+@register(Tags.compatibility)
+def check_claim_level(app_configs=None, **kwargs):
+    return claim_level_notes(settings.DATABASES)
 
 
 HTMX_MIDDLEWARE = "django_htmx.middleware.HtmxMiddleware"

@@ -13,7 +13,7 @@ from django.db.models.lookups import GreaterThanOrEqual, LessThanOrEqual
 from django.utils.timezone import now
 
 from django_durable.db_functions import OctetLength
-from django_durable.flow_models import RUN_FLOW_INDEXES, FlowTurn  # noqa: F401
+from django_durable.flow_models import FlowRateSlot, FlowTurn  # noqa: F401
 from django_durable.managers import DurableManager
 
 
@@ -43,6 +43,87 @@ FINISHED_STATUSES = frozenset(
 # only while no worker owns it (between compensation attempts, or recovered from
 # a dead worker); a claim keeps it compensating.
 CLAIMABLE_STATUSES = (Status.PENDING, Status.WAITING, Status.COMPENSATING)
+# A run holds a worker while it is running or compensating with a lease: what every
+# concurrency limit counts (a dead worker's run counts until its lease runs out).
+HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
+HOLDS_WORKER = Q(status__in=HELD_STATUSES, lease_expires_at__isnull=False)
+
+# The indexes of durable_run for flow control (Run.Meta lists them).
+RUN_FLOW_INDEXES = [
+    # The claim's flow path (durable_claim_v5): a queue's (flow key, workflow) pairs
+    # by a loose index scan from the queue's turn pointer, each pair's due runs in
+    # order. The id last: the claim orders by it too, which durable_run_claim cannot
+    # give, so even the generic plan of a key holding nearly every run reads this
+    # index, never durable_run_claim (where another key's runs sit behind it).
+    models.Index(
+        fields=["queue", "flow_key", "workflow", "-priority", "due_at", "id"],
+        condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=False),
+        name="durable_run_flow",
+    ),
+    # The claim's gate: is a flow-keyed run of the queue due? The first entry says,
+    # however many flow-keyed runs sleep until later.
+    models.Index(
+        fields=["queue", "due_at"],
+        condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=False),
+        name="durable_run_flow_due",
+    ),
+    # The claim's gate: is a run of a workflow with a workflow-wide concurrency due?
+    models.Index(
+        fields=["workflow", "due_at"],
+        condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False),
+        name="durable_run_workflow_due",
+    ),
+    # The claim's flow path, its runs without a flow key: a queue's due runs
+    # without a flow key in claim order. durable_run_claim holds them too, but
+    # among the flow-keyed ones: behind a key's backlog of 100,000 due runs,
+    # reading it for the first runs without a key would read the backlog.
+    models.Index(
+        fields=["queue", "-priority", "due_at"],
+        condition=Q(status__in=CLAIMABLE_STATUSES, due_at__isnull=False, flow_key__isnull=True),
+        name="durable_run_claim_no_flow",
+    ),
+    # A flow key's begins in the last ``per`` (rate_per_key), newest last: the
+    # operator's reads (store/flow_reads.py); the claim reads the rate slots.
+    models.Index(
+        fields=["workflow", "flow_key", "started_at"],
+        condition=Q(flow_key__isnull=False, started_at__isnull=False),
+        name="durable_run_flow_begun",
+    ),
+    # A flow key's running runs (concurrency_per_key), counted by the claim for each
+    # key it takes: one index range per key, however many runs other keys hold
+    # (durable_run_lease holds them all, without the key).
+    models.Index(
+        fields=["workflow", "flow_key"],
+        condition=Q(
+            flow_key__isnull=False,
+            status__in=HELD_STATUSES,
+            lease_expires_at__isnull=False,
+        ),
+        name="durable_run_flow_busy",
+    ),
+]
+
+# The concurrency limits as database rules (docs/flow-control.md): a claimed run of a
+# limited scope holds one of the scope's numbered slots (0 to the limit less one),
+# and no two runs that hold a worker hold the same slot of a scope. A run that stops
+# holding a worker leaves the index by itself: no write frees a slot.
+RUN_SLOT_CONSTRAINTS = [
+    models.UniqueConstraint(  # concurrency_per_key
+        fields=["workflow", "flow_key", "flow_slot"],
+        condition=HOLDS_WORKER & Q(flow_slot__isnull=False),
+        name="durable_run_flow_slot",
+    ),
+    models.UniqueConstraint(  # the workflow's concurrency
+        fields=["workflow", "workflow_slot"],
+        condition=HOLDS_WORKER & Q(workflow_slot__isnull=False),
+        name="durable_run_workflow_slot",
+    ),
+    models.UniqueConstraint(  # a queue's concurrency (DURABLE["QUEUES"])
+        fields=["queue", "queue_slot"],
+        condition=HOLDS_WORKER & Q(queue_slot__isnull=False),
+        name="durable_run_queue_slot",
+    ),
+]
 
 
 class Run(models.Model):
@@ -130,6 +211,11 @@ class Run(models.Model):
     inputs = models.JSONField(null=True, blank=True)
     # Flow control (docs/flow-control.md): whose work the run is; NULL: none.
     flow_key = models.CharField(max_length=255, null=True, blank=True)
+    # The slots the run's claim gave it in its limited scopes (RUN_SLOT_CONSTRAINTS);
+    # NULL: that scope has no limit. Set by every claim, meaningful while it runs.
+    flow_slot = models.SmallIntegerField(null=True, blank=True)
+    workflow_slot = models.SmallIntegerField(null=True, blank=True)
+    queue_slot = models.SmallIntegerField(null=True, blank=True)
 
     objects = DurableManager()
 
@@ -177,6 +263,7 @@ class Run(models.Model):
                 ),
                 name="durable_run_flow_key_length",
             ),
+            *RUN_SLOT_CONSTRAINTS,
         ]
         indexes = [
             # The claim: due runs of a queue, highest priority first, then oldest due
@@ -249,7 +336,7 @@ class Run(models.Model):
                 condition=Q(rerun_of_id__isnull=False),
                 name="durable_run_rerun_of",
             ),
-            *RUN_FLOW_INDEXES,  # flow control's (flow_models.py)
+            *RUN_FLOW_INDEXES,  # flow control's (above)
             # Pruning: finished runs by age.
             models.Index(
                 fields=["finished_at"],

@@ -23,25 +23,39 @@ NEXT_DUE_AT_FUNCTION = definition(CURRENT["durable_next_due_at"])
 # The start's look-up of the holder, and its insert.
 HOLDER = _statement(START_FUNCTION, r"(SELECT h\.id.*?AND h\.holds_key)\s+INTO holder")
 START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOTHING);")
-# The claim (without flow keys due: durable_claim_v1's statement; with them, the flow
-# path's claim in one statement, its walk of a queue's keys level by level, and its
-# claim from the keys held), and the next due time.
-CLAIM_QUERY = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(.*?);\s*RETURN;")
-_CLAIM_ONE_STATEMENT = _statement(
-    CLAIM_FUNCTION,
-    r"RETURN QUERY\s+(WITH RECURSIVE queue\(room, pointer\).*?RETURNING durable_run\.\*);",
-)
-# (Its INTO clause is PL/pgSQL's, not SQL's.)
+# The claim's statements: its fast path's pick (no flow-keyed run due), the flow
+# path's walk of a queue's keys in turns and its pick from the keys taken. The
+# function's variables become values (its INTO clauses are PL/pgSQL's, not SQL's).
+_CLAIM_PICK = _statement(CLAIM_FUNCTION, r"v_ids := ARRAY\(\s+(SELECT p\.id.*?LIMIT p_limit)\);")
 _CLAIM_WALK = re.sub(
-    r"\n\s*INTO v_level, [^\n]*",
+    r"\n\s*INTO v_pq, [^\n]*",
     "",
-    _statement(
-        CLAIM_FUNCTION, r"\n    -- 3\. The keys, per queue.*?(WITH RECURSIVE queue.*?\) AS got);"
-    ),
+    _statement(CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?AS x\(k, w, place\));"),
 )
-_CLAIM_FROM_KEYS = _statement(
-    CLAIM_FUNCTION, r"\n    -- 5\. The claim:.*?RETURN QUERY\s+(.*?);\s*END"
+_CLAIM_FROM_KEYS = re.sub(
+    r"\n\s*INTO v_ids, v_rate_slots",
+    "",
+    _statement(CLAIM_FUNCTION, r"\n\s*(WITH pair AS .*?INTO v_ids, v_rate_slots FROM claimed);"),
 )
+# The open queues served (the function's first statement), each with the claim's
+# limit as its room.
+_OPEN = "({})".format(
+    _statement(CLAIM_FUNCTION, r"(SELECT array_agg\(s\.name.*?);").replace(" INTO v_open", "")
+)
+_SERVED = {
+    "v_open": _OPEN,
+    "v_room": f"array_fill(p_limit, ARRAY[cardinality({_OPEN})])",
+    "v_now": "statement_timestamp()",
+    "v_capped": "'{}'::text[]",
+}
+CLAIM_QUERY = re.sub(r"\bv_\w+\b", lambda m: _SERVED[m.group(0)], _CLAIM_PICK)
+# The flow path's statements, for a claim that names its queues (the function has
+# found them already: a variable there).
+_NAMED = {
+    **_SERVED,
+    "v_open": "p_queues",
+    "v_room": "array_fill(p_limit, ARRAY[cardinality(p_queues)])",
+}
 
 
 def _sql_array(values, type_: str) -> str:
@@ -56,48 +70,52 @@ def _text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'::text"
 
 
-def claim_one_statement_query(queue: str) -> str:
-    """The flow path's claim in one statement (step 2), of the queue ``queue``, for a
-    plan (the function binds the queue as its variable)."""
-    return re.sub(r"\bv_name\b", _text(queue), _CLAIM_ONE_STATEMENT)
-
-
 def claim_walk_query(queue: str, pointer: str = "") -> str:
-    """The flow path's walk of one queue's keys at its highest priority level, from
-    its pointer, trying each key's lock (step 3), for a plan (the function binds these
-    as its loop's variables)."""
+    """The flow path's walk of one queue's keys in turns from its pointer, trying each
+    key's lock, for a plan (the function binds these as its loop's variables)."""
     values = {
+        **_NAMED,
         "v_name": _text(queue),
-        "v_bound": "2147483647",
-        "v_room": "NULL::integer",
+        "v_left": "p_limit",
         "v_pointer": _text(pointer),
-        "v_pos": "0",
-        "v_probing": "false",
-        "v_full": "'{}'::text[]",
+        **{name: "'{}'::text[]" for name in ("v_pq", "v_pk", "v_pw")},
+        "v_place": "'{}'::numeric[]",
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_WALK)
 
 
 def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
-    """The flow path's claim from the keys ``chosen`` ((queue, flow key, workflow),
-    None for a queue's runs without a flow key), one run of each, at priority 0, its
-    clock the statement's, for a plan (the function passes them as arrays)."""
+    """The flow path's pick from the keys ``chosen`` ((queue, flow key, workflow),
+    None for a queue's runs without a flow key), for a plan (the function passes them
+    as arrays)."""
     queues, keys, workflows = zip(*chosen, strict=True)
-    n = len(chosen)
     values = {
-        "v_queues": _sql_array(queues, "text"),
-        "v_keys": _sql_array(keys, "text"),
-        "v_workflows": _sql_array(workflows, "text"),
-        "v_levels": _sql_array([0] * n, "integer"),
-        "v_places": _sql_array(list(range(1, n + 1)), "integer"),
-        "v_allots": _sql_array([1] * n, "integer"),
-        "v_resumeds": _sql_array([None] * n, "integer"),
-        "v_capped": "'{}'::text[]",
-        "v_capped_room": "'{}'::integer[]",
-        "v_full": "'{}'::text[]",
-        "v_now": "statement_timestamp()",
+        **_NAMED,
+        "v_pq": _sql_array(queues, "text"),
+        "v_pk": _sql_array(keys, "text"),
+        "v_pw": _sql_array(workflows, "text"),
+        "v_place": _sql_array(list(range(1, len(chosen) + 1)), "numeric"),
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_FROM_KEYS)
+
+
+# The room of each queue served (counted after the queues' locks) and the claim's
+# last statement (the rate slots, each run's slots, the UPDATE), for the ids given.
+_CLAIM_ROOM = _statement(CLAIM_FUNCTION, r"(SELECT array_agg\(CASE WHEN l\.cap.*?USING \(name\));")
+CLAIM_ROOM_QUERY = re.sub(
+    r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], _CLAIM_ROOM.replace(" INTO v_room", "")
+)
+_CLAIM_SLOTS = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(WITH rated AS .*?d\.queue_slot);")
+
+
+def claim_slots_query(ids: list[str]) -> str:
+    """The claim's last statement for the runs ``ids`` (no begins), for a plan."""
+    values = {
+        **_NAMED,
+        "v_ids": f"ARRAY[{', '.join(repr(str(i)) for i in ids)}]::uuid[]",
+        "v_rate_slots": f"array_fill(NULL::integer, ARRAY[{len(ids)}])",
+    }
+    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_SLOTS)
 
 
 NEXT_DUE_AT_QUERY = _statement(NEXT_DUE_AT_FUNCTION, r"RETURN \(\s+(.*?)\s*\);\s*END")

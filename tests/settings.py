@@ -79,6 +79,19 @@ else:
 
 DURABLE = {}
 
+# A queue limit for worker processes (tests of a deploy that lowers it).
+if os.environ.get("DURABLE_TEST_FLOW_QUEUE_LIMIT"):
+    DURABLE["QUEUES"] = {"flow": {"concurrency": int(os.environ["DURABLE_TEST_FLOW_QUEUE_LIMIT"])}}
+
+# The worker's alias at another isolation level (tests of the claim's level), by
+# psycopg's name: REPEATABLE_READ, SERIALIZABLE.
+if os.environ.get("DURABLE_TEST_ISOLATION"):
+    from psycopg import IsolationLevel
+
+    DATABASES["default"].setdefault("OPTIONS", {})["isolation_level"] = IsolationLevel[
+        os.environ["DURABLE_TEST_ISOLATION"]
+    ]
+
 # --- worker tests ------------------------------------------------------------
 # Worker subprocesses started by the tests connect to the test database pytest
 # created (its name is passed in DURABLE_SUBPROCESS_DB_NAME) and may get short

@@ -1,11 +1,11 @@
 """PostgreSQL plans of the claim's flow path (the current durable_claim with
-flow-keyed runs due): its claim in one statement, its walk of a queue's keys level by
-level and its claim from the keys it holds. The walks read one entry per key of
-``durable_run_flow_level``, the claim a key's share through an index of flow keys, the
-runs without a flow key ``durable_run_claim_no_flow``; ``durable_run_claim`` only for
-the queue's highest priority level (its first entry); never a scan of the table, even
-when the statistics say nearly every claimable run has a flow key (the plan that made
-the claim grow with a key's backlog)."""
+flow-keyed runs due): its walk of a queue's keys in turns and its pick from the keys
+it took. The walk reads one entry per key of ``durable_run_flow``, the pick a key's
+runs through it too and the runs without a flow key through
+``durable_run_claim_no_flow``; never ``durable_run_claim`` (another key's runs sit
+behind a backlog there) and never a scan of the table, even when the statistics say
+nearly every claimable run has a flow key (the plan that made the claim grow with a
+key's backlog)."""
 
 import re
 import uuid
@@ -43,18 +43,15 @@ def backlog(count: int, flow_key: str = "tenant:big", priority: int = 0) -> None
     )
 
 
-def flow_claim_plans() -> tuple[str, str, str]:
-    """The generic plans (the ones the function keeps) of the flow path's claim in one
-    statement, its walk of the queue "flow"'s keys and its claim from both keys and
-    the runs without one, with the arguments of a real claim of that queue."""
+def flow_claim_plans() -> tuple[str, str]:
+    """The generic plans (the ones the function keeps) of the flow path's walk of the
+    queue "flow"'s keys and its pick from both keys and the runs without one, with the
+    arguments of a real claim of that queue."""
     values = call_arguments(
         lambda: store.claim(
             worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
         ),
         plans.CURRENT["durable_claim"],
-    )
-    one = explain_function(
-        plans.CLAIM_FUNCTION, plans.claim_one_statement_query("flow"), values, generic=True
     )
     walk = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_walk_query("flow"), values, generic=True
@@ -64,7 +61,7 @@ def flow_claim_plans() -> tuple[str, str, str]:
     claim = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_flow_query(chosen), values, generic=True
     )
-    return one, walk, claim
+    return walk, claim
 
 
 def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
@@ -76,14 +73,10 @@ def test_the_flow_path_reads_by_index_when_nearly_every_run_has_a_flow_key():
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-    one, walk, claim = flow_claim_plans()
-    for plan in (one, walk):
-        assert "durable_run_flow_level" in plan, plan  # the keys in turns, level by level
-        # durable_run_claim once: the highest level's first due run.
-        assert len(re.findall(r"using durable_run_claim on durable_run\b", plan)) == 1, plan
-    assert "durable_run_pkey" in one, one  # each key's run, by the id the walk read
-    assert "durable_run_flow" in claim, claim  # a key's share (either index of keys)
-    assert not re.search(r"using durable_run_claim on durable_run\b", claim), claim
-    for plan in (one, walk, claim):
-        assert "durable_run_claim_no_flow" in plan, plan
+    walk, claim = flow_claim_plans()
+    assert "durable_run_flow" in walk, walk  # the keys in turns
+    assert "durable_run_flow" in claim, claim  # a key's runs
+    assert "durable_run_claim_no_flow" in claim, claim
+    for plan in (walk, claim):
+        assert not re.search(r"using durable_run_claim on durable_run\b", plan), plan
         assert not re.search(r"Seq Scan on durable_run\b", plan), plan

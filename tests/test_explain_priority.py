@@ -15,7 +15,9 @@ from django.utils import timezone
 from django_durable import store
 from django_durable.models import Run, Status
 from django_durable.store.functions import CURRENT
+from tests import plans
 from tests.plans import FUNCTION_QUERIES, explain, explain_function
+from tests.test_explain import call_arguments
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -60,9 +62,14 @@ def claim(queues, limits=None):
     )
 
 
+def claim_values(queues, limits=None) -> list:
+    return call_arguments(lambda: claim(queues, limits), CURRENT["durable_claim"])
+
+
 @pytest.mark.parametrize("queues", [None, ["default"], ["default", "limited"]])
 def test_the_claim_reads_the_claim_index_in_priority_order(backlog, queues):
-    [plan] = [p for p in plans_of(lambda: claim(queues)) if "Update on durable_run" in p]
+    values = claim_values(queues)
+    plan = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_QUERY, values, generic=True)
     assert "Index Scan using durable_run_claim" in plan, plan
     assert "Seq Scan on durable_run" not in plan, plan
     # Only the few picked runs are sorted (across queues: "p.priority"), never a
@@ -75,13 +82,20 @@ def test_the_claim_reads_the_claim_index_in_priority_order(backlog, queues):
 
 
 def test_a_limited_claim_counts_running_runs_through_the_lease_index(backlog):
-    plans = plans_of(lambda: claim(["limited"], {"limited": 3}))
-    [lock] = [p for p in plans if "Update" not in p]
-    [plan] = [p for p in plans if "Update on durable_run" in p]
-    assert "Function Scan" in lock or "Aggregate" in lock, lock
-    assert "durable_run_lease" in plan, plan
-    assert "Seq Scan on durable_run" not in plan, plan
+    values = claim_values(["limited"], {"limited": 3})
+    room = explain_function(plans.CLAIM_FUNCTION, plans.CLAIM_ROOM_QUERY, values, generic=True)
+    assert "durable_run_lease" in room, room
+    assert "Seq Scan on durable_run" not in room, room
+    claimed = Run.objects.filter(status=Status.RUNNING)
+    assert [r.queue_slot for r in claimed.order_by("queue_slot")] == [0, 1, 2]
     assert len(claim(["limited"], {"limited": 3})) == 0  # the first claim took the room
+    # The slots of the last statement: each probe one entry of durable_run_queue_slot.
+    ids = [r.id for r in Run.objects.filter(queue="limited", status=Status.PENDING)[:3]]
+    slots = explain_function(
+        plans.CLAIM_FUNCTION, plans.claim_slots_query(ids), values, generic=True
+    )
+    assert "durable_run_queue_slot" in slots, slots
+    assert "Seq Scan on durable_run" not in slots, slots
 
 
 def test_the_next_due_time_is_found_priority_by_priority(backlog):

@@ -1,15 +1,14 @@
-"""How claimers share the flow keys (the current durable_claim, PostgreSQL): a
-claimer skips a key another claimer is claiming from instead of waiting for it; one
-that holds no key waits for the first it skipped and then counts what that claimer
-took; a key's running runs are counted on a snapshot taken after its lock; during a
-rolling deploy a claimer of a previous release (durable_claim_v2, which serialises on
-the workflow's lock, or durable_claim_v3) and one of this release never count at once;
-and a claim reads about as many keys as it takes, in turns from where the last one
-stopped, across every queue it serves.
+"""The guards of the claim (durable_claim_v5, PostgreSQL), each through a real claim:
+a limited queue's lock waited for and its room counted after it (at READ COMMITTED,
+which the store sets for a session at another level); a workflow-wide limit's lock
+likewise; a limited key's lock tried, never waited for; a rate slot begun meanwhile
+refusing a begin; and a claim reading about as many keys as it takes, in turns from
+where the last one stopped, across every queue it serves. scripts/mutate_claim.py
+removes each guard in turn and shows which of these tests catches it.
 
 Each claimer is a thread with its own connection; the one that holds its claim open
-does so inside a transaction (the key locks are the transaction's), and waits are
-seen in pg_locks, never timed."""
+does so inside a transaction (the locks are the transaction's), and waits are seen
+in pg_locks, never timed."""
 
 from __future__ import annotations
 
@@ -18,11 +17,12 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
+from psycopg import IsolationLevel
 
 import django_durable as durable
 from django_durable import store
-from django_durable.models import Run, Status
-from tests.testapp.workflows_flow import OnePerTenant, PerTenant, Turns
+from django_durable.models import FlowRateSlot, Run, Status
+from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
 from tests.worker_processes import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -31,8 +31,8 @@ LEASE = timedelta(minutes=1)
 DEADLINE = 30  # seconds: a claim that has not returned by then is stuck, not slow
 
 
-def claim(limit: int, queues=("flow",), worker: str = "w") -> list[Run]:
-    return store.claim(worker_id=worker, queues=list(queues), limit=limit, lease=LEASE)
+def claim(limit: int, queues=("flow",), worker: str = "w", **kwargs) -> list[Run]:
+    return store.claim(worker_id=worker, queues=list(queues), limit=limit, lease=LEASE, **kwargs)
 
 
 class HeldClaim(threading.Thread):
@@ -98,40 +98,19 @@ class Claimer(threading.Thread):
 
 
 def waits_for_a_lock(pid: int) -> bool:
-    """Whether backend ``pid`` waits for an advisory lock (seen in pg_locks)."""
+    """Whether backend ``pid`` waits for a lock (seen in pg_locks): an advisory lock,
+    or a row's or a transaction's (what a unique index's check waits for)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks"
-            " WHERE pid = %s AND locktype = 'advisory' AND NOT granted)",
-            [pid],
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
         )
         return cursor.fetchone()[0]
 
 
-def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
-    for tenant in ("a", "b"):
-        for _ in range(2):
-            durable.start(Turns, {"tenant": tenant})
-    held = HeldClaim(lambda: claim(1, queues=("turns",), worker="first"))
-    held.start()
-    assert held.ready.wait(DEADLINE)
-    [first] = held.claimed
-    try:
-        # The first claimer still holds its key: the second takes the other key's
-        # runs, and returns while the first's transaction is still open.
-        second = Claimer(lambda: claim(4, queues=("turns",), worker="second"))
-        second.start()
-        got = second.result()
-    finally:
-        held.release()
-    assert got and all(r.flow_key != first.flow_key for r in got)
-    assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
-
-
 def claim_behind(held_call, waiting_call) -> tuple[list, list]:
     """``held_call`` claims in a transaction kept open; ``waiting_call`` claims on its
-    own connection, must be seen waiting for an advisory lock (pg_locks) while the
-    first holds its locks, and returns once the first commits: what each claimed."""
+    own connection, must be seen waiting for a lock (pg_locks) while the first holds
+    its locks, and returns once the first commits: what each claimed."""
     held = HeldClaim(held_call)
     held.start()
     assert held.ready.wait(DEADLINE)
@@ -148,78 +127,105 @@ def claim_behind(held_call, waiting_call) -> tuple[list, list]:
     return held.claimed, waiting.result()
 
 
-def test_a_claimer_without_a_key_waits_for_the_one_it_skipped_and_counts_its_claims():
-    """The only key is held: the second claimer waits for it (it would otherwise come
-    back empty while runs are due), and once the first committed it counts that one's
-    running run: the key is full."""
-    for _ in range(3):
-        durable.start(OnePerTenant, {"tenant": "only"})
-    first, second = claim_behind(
-        lambda: claim(1, worker="first"), lambda: claim(4, worker="second")
+def due(queue: str, count: int, workflow: str = "plain", minutes_ago: int = 0, **fields):
+    at = store.now() - timedelta(minutes=minutes_ago)
+    for n in range(count):
+        Run.objects.create(
+            workflow=workflow, queue=queue, due_at=at + timedelta(milliseconds=n), **fields
+        )
+
+
+def read_committed_no_more(thread_claim):
+    """``thread_claim`` on a connection whose session is at REPEATABLE READ."""
+
+    def call():
+        connection.ensure_connection()
+        connection.connection.isolation_level = IsolationLevel.REPEATABLE_READ
+        try:
+            return thread_claim()
+        finally:
+            connection.connection.isolation_level = None
+
+    return call
+
+
+QUEUE_LIMIT = {"limited": 1}
+
+
+@pytest.mark.parametrize("level", ["read committed", "repeatable read"])
+def test_a_queue_claimer_waits_for_the_queues_lock_and_counts_after_it(level):
+    """Guards: the queue's lock waited for, the queue's room counted after it (a new
+    statement, at READ COMMITTED, which the store sets when the session has another
+    level). The second claimer, after the first committed, sees the limited queue
+    full and fills its claim from the other queue: neither its write refused by the
+    slot index, nor its room spent on a run it may not claim."""
+    due("limited", 2, minutes_ago=10)  # older: claim order takes them first
+    due("other", 2)
+    second = lambda: claim(2, queues=("limited", "other"), worker="second", limits=QUEUE_LIMIT)  # noqa: E731
+    if level == "repeatable read":
+        second = read_committed_no_more(second)
+    first, got = claim_behind(
+        lambda: claim(1, queues=("limited",), worker="first", limits=QUEUE_LIMIT), second
     )
-    assert len(first) == 1
-    assert second == []
-    assert Run.objects.filter(flow_key="tenant:only", status=Status.RUNNING).count() == 1
+    assert [r.queue for r in first] == ["limited"]
+    assert sorted(r.queue for r in got) == ["other", "other"]
+    assert Run.objects.filter(queue="limited", status=Status.RUNNING).count() == 1
 
 
-CALL_ARGUMENTS = (
-    "(ARRAY['flow'], 4, '{}', '{}', NULL, '{}', 'old-release', interval '1 minute',"
-    " ARRAY['one_per_tenant'], ARRAY[1], ARRAY[NULL]::integer[], ARRAY[NULL]::integer[],"
-    " ARRAY[NULL]::interval[])"
-)
-
-
-@pytest.mark.parametrize("previous", ["durable_claim_v2", "durable_claim_v3"])
-def test_a_previous_release_claimer_and_this_one_never_count_at_once(previous):
-    """During a rolling deploy: durable_claim_v2 takes the limited workflow's lock
-    exclusive, which this release takes shared; durable_claim_v3 takes each key's
-    lock, as this release does. Either way this release's claim waits for the older
-    one's commit and then counts the run it claimed: the limit of one per key holds
-    across both."""
-    for _ in range(2):
-        durable.start(OnePerTenant, {"tenant": "mixed"})
-
-    def claim_previous():
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT id FROM {previous}{CALL_ARGUMENTS}")
-            return cursor.fetchall()
-
-    old, new = claim_behind(claim_previous, lambda: claim(4, worker="new-release"))
-    assert len(old) == 1
-    assert new == []
-    assert Run.objects.filter(flow_key="tenant:mixed", status=Status.RUNNING).count() == 1
-
-
-def test_a_key_is_counted_on_a_snapshot_taken_after_its_lock():
-    """What the claim in one statement rests on: durable_key_running_v1, called by a
-    statement after it waited for a lock, counts the run another claimer committed
-    meanwhile, which the statement's own snapshot (taken before the wait) does not
-    see. Here the statement waits on an advisory lock the other claimer holds while
-    it claims the key's run."""
-    durable.start(OnePerTenant, {"tenant": "late"})
-    count = (
-        "(SELECT count(*) FROM durable_run WHERE flow_key = 'tenant:late'"
-        " AND status IN ('running', 'compensating') AND lease_expires_at IS NOT NULL)"
+def test_a_workflow_claimer_waits_for_the_workflows_lock_and_counts_after_it():
+    """Guard: a workflow-wide limit's lock waited for, its room counted after it
+    (FewAtOnce: 2 at once). The second claimer sees the first one's 2 runs and takes
+    only the runs of the other workflow."""
+    due("flow", 4, workflow="few_at_once", minutes_ago=10, flow_key="tenant:x")
+    due("turns", 2, workflow="turns", flow_key="tenant:y")
+    first, got = claim_behind(
+        lambda: claim(2, worker="first"),
+        lambda: claim(3, queues=("flow", "turns"), worker="second"),
     )
+    assert [r.workflow for r in first] == ["few_at_once", "few_at_once"]
+    assert sorted(r.workflow for r in got) == ["turns", "turns"]
+    assert Run.objects.filter(workflow="few_at_once", status=Status.RUNNING).count() == 2
 
-    def lock_and_claim():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended('test.late', 0))")
-        return claim(1, worker="first")
 
-    def count_after_the_lock():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT waited.stale, durable_key_running_v1('one_per_tenant', 'tenant:late', 10)"
-                f" FROM (SELECT {count} AS stale,"
-                " pg_advisory_xact_lock(hashtextextended('test.late', 0)) AS lock"
-                " OFFSET 0) AS waited"
-            )
-            return cursor.fetchone()
+def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
+    """Guard: a limited key's lock is tried, never waited for. The first claimer holds
+    its key (one per tenant) open; the second takes the other key's run and returns
+    while the first's transaction is still open, never blocked on the first's key
+    (by its lock, or by the slot index's check of the first's uncommitted slot)."""
+    for tenant in ("a", "b"):
+        for _ in range(2):
+            durable.start(OnePerTenant, {"tenant": tenant})
+    held = HeldClaim(lambda: claim(1, worker="first"))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    [first] = held.claimed
+    try:
+        second = Claimer(lambda: claim(4, worker="second"))
+        second.start()
+        second.join(DEADLINE)
+        returned_while_held = not second.is_alive()
+    finally:
+        held.release()
+    got = second.result()
+    assert returned_while_held
+    assert [r.flow_key for r in got] == ["tenant:b" if first.flow_key == "tenant:a" else "tenant:a"]
+    assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
 
-    [first], (stale, fresh) = claim_behind(lock_and_claim, count_after_the_lock)
-    assert first.flow_key == "tenant:late"
-    assert (stale, fresh) == (0, 1)
+
+def test_a_rate_slot_begun_meanwhile_refuses_the_begin():
+    """Guard: the rate slot's upsert takes a slot only if its last begin is at least
+    ``per`` old. A slot another claimer took after this claim read it free refuses
+    (here written by hand between reads: the claim's statement sees it as taken)."""
+    durable.start(RatedPerTenant, {"tenant": "r"})
+    now = store.now()
+    for slot in range(5):  # every slot begun just now
+        FlowRateSlot.objects.create(
+            workflow="rated_per_tenant", flow_key="tenant:r", slot=slot, begun_at=now
+        )
+    assert claim(4) == []
+    FlowRateSlot.objects.filter(slot=3).update(begun_at=now - timedelta(minutes=1))
+    [begun] = claim(4)
+    assert FlowRateSlot.objects.get(slot=3).begun_at > now
 
 
 def index_tuples_read() -> int:

@@ -166,3 +166,82 @@ def test_a_late_key_is_served_within_a_claim_per_active_key(workers):
     ).count()
     assert between <= 15, between
     assert Run.objects.filter(id__in=backlog).exclude(started_at__lte=last_late).count() > 100
+
+
+# --- issue 41: the limits as database rules, with real workers ----------------------
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE_READ", "SERIALIZABLE"])
+def test_a_limit_of_one_holds_on_an_alias_at_another_isolation_level(workers, level):
+    """The workers' alias at REPEATABLE READ or SERIALIZABLE (settings OPTIONS): the
+    claim sets READ COMMITTED for its own transaction, and at any level the slot
+    index refuses a second running run of a key."""
+    ids = [
+        durable.start(OnePerTenant, {"tenant": t, "seconds": 0.05}, priority=p, queue=q)
+        for _ in range(4)
+        for t in range(3)
+        for p, q in [(0, "flow"), (5, "turns")]
+    ]
+    start_workers(workers, extra_env={"DURABLE_TEST_ISOLATION": level})
+    wait_until(lambda: all_completed(ids), 180, "the runs to complete")
+    peaks = {key: peak_overlap(spans) for key, spans in spans_by_key("one_per_tenant").items()}
+    assert len(peaks) == 3
+    assert max(peaks.values()) == 1, peaks
+
+
+def test_one_keys_runs_at_several_levels_and_queues_never_overlap_past_its_limit(workers):
+    """Item 0 with real workers: a key's runs at priorities 0, 1 and 2 in two queues;
+    the overlap of what the workers executed (the steps' own timestamps) stays within
+    concurrency_per_key, and the rate's begins within Rate(5, per=2 s)."""
+    ids = [
+        durable.start(PerTenant, {"tenant": t, "seconds": 0.2}, priority=n % 3, queue=q)
+        for n in range(6)
+        for t in range(4)
+        for q in ("flow", "turns")
+    ]
+    rated = [
+        durable.start(RatedPerTenant, {"tenant": 1, "seconds": 0}, priority=n % 3, queue=q)
+        for n in range(6)
+        for q in ("flow", "turns")
+    ]
+    start_workers(workers)
+    wait_until(lambda: all_completed(ids + rated), 180, "the runs to complete")
+    peaks = {key: peak_overlap(spans) for key, spans in spans_by_key("per_tenant").items()}
+    assert len(peaks) == 4
+    assert max(peaks.values()) <= 2, peaks
+    begins = sorted(s.began for s in FlowSpan.objects.filter(workflow="rated_per_tenant"))
+    assert len(begins) == 12
+    # No window of 2 s holds more than 5 begins (the steps' own clock; a margin of
+    # 50 ms for the step's start after the claim).
+    for i, first in enumerate(begins):
+        inside = [b for b in begins[i:] if b < first + 2.0 - 0.05]
+        assert len(inside) <= 5, begins
+
+
+def test_a_limit_lowered_below_its_running_runs_under_load(workers):
+    """A deploy lowers the queue's concurrency (3 to 1) and concurrency_per_key (2 to
+    1) while three runs of the queue run: the new workers begin no run of that queue
+    until the old runs are done (counted from the steps' own timestamps), the other
+    queue goes on meanwhile, and no claim fails ("LIMIT must not be negative")."""
+    held = [durable.start(PerTenant, {"tenant": t, "seconds": 4}) for t in (1, 1, 2)]
+    old = workers.start("--worker-id", "flow-old", "--concurrency", "3", "--queues", "flow",
+                        extra_env={"DURABLE_TEST_FLOW_QUEUE_LIMIT": "3"}, **QUICK)  # fmt: skip
+    wait_until(
+        lambda: Run.objects.filter(id__in=held, status=Status.RUNNING).count() == 3,
+        60,
+        "three runs of the queue to run",
+    )
+    old.send(signal.SIGTERM)  # its steps finish within the grace; it claims no more
+    later = [durable.start(PerTenant, {"tenant": t, "seconds": 0.1}) for t in (1, 3)]
+    others = [durable.start(Turns, {"tenant": n, "seconds": 0.1}) for n in range(5)]
+    lowered = start_workers(
+        workers, n=2, first=5,
+        extra_env={"DURABLE_TEST_FLOW_QUEUE_LIMIT": "1", "DURABLE_TEST_PER_TENANT_LIMIT": "1"},
+    )  # fmt: skip
+    wait_until(lambda: all_completed(held + later + others), 120, "every run to complete")
+    spans = {s.run_id: s for s in FlowSpan.objects.all()}
+    held_end = max(spans[i].ended for i in held)  # the queue is under 1 only then
+    assert all(spans[i].began >= held_end for i in later), (spans, held_end)
+    assert any(spans[i].began < held_end for i in others)  # the other queue went on
+    for proc in [old, *lowered]:
+        assert "must not be negative" not in proc.output()

@@ -55,8 +55,9 @@ def expanded():
     current one."""
     with connection.cursor() as cursor:
         for name in functions.CURRENT.values():
-            text = functions.definition(name)
-            cursor.execute(text.replace(f"FUNCTION {name}(", f"FUNCTION {next_version(name)}("))
+            # Named, and calling the functions it calls (the claim's rules), by the
+            # next versions.
+            cursor.execute(renamed_to_next(functions.definition(name)))
     yield
     with connection.cursor() as cursor:
         for name in functions.CURRENT.values():

@@ -79,7 +79,6 @@ def test_the_function_lists_are_read():
     assert "durable_start" in versions and "durable_claim" in versions
 
 
-@before_the_first_release
 def test_at_most_two_versions_of_a_function_are_installed():
     assert {name: v for name, v in installed_versions().items() if len(v) > 2} == {}
 

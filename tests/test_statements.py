@@ -43,6 +43,7 @@ def test_the_statements_name_every_column_of_the_runs_table():
     # The start function is frozen (migrations/sql): the columns its insert leaves
     # out must be nullable and take their default there.
     added_later = ("rerun_of_id", "rerun_from_step", "inputs")
+    added_later += ("flow_slot", "workflow_slot", "queue_slot")  # 0007
     assert tuple(listed) == tuple(c for c in columns if c not in added_later)
     assert all(Run._meta.get_field(name).null for name in added_later)
     for column, sql_type in starts.START_COLUMNS.items():

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django_durable import conf, store
 from django_durable.operations import retention as retention_rules
 from django_durable.operations.finish import sweep_waiting
+from django_durable.operations.flow import claim_limits
 
 
 def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
@@ -42,7 +43,14 @@ def prune(older_than: timedelta | None = None, *, dry_run: bool = False) -> int:
         pruned = store.prune_runs(before, batch, dry_run=dry_run, condition=per_workflow)
     if settings["ACTIVITY_RETENTION"] is not None and not dry_run:
         store.prune_activity(at - settings["ACTIVITY_RETENTION"], batch)
+    if not dry_run:  # flow control's idle rows: a day, or the longest rate window
+        pers = [limit.per for limit in claim_limits().values() if limit.per is not None]
+        store.prune_flow_rows(at - max([FLOW_ROWS_KEPT, *pers]))
     return pruned
+
+
+# How long flow control's rows of an idle key are kept (store.prune_flow_rows).
+FLOW_ROWS_KEPT = timedelta(days=1)
 
 
 def _cutoff(at: datetime, older_than: timedelta) -> datetime:

@@ -105,6 +105,7 @@ from django_durable.store.observers import (
 )
 from django_durable.store.pruning import (
     prune_activity,
+    prune_flow_rows,
     prune_runs,
 )
 from django_durable.store.queues import (
@@ -229,6 +230,7 @@ __all__ = [
     "due_now_by_workflow",
     "paused_queues",
     "prune_activity",
+    "prune_flow_rows",
     "prune_runs",
     "began_steps",
     "make_rerun",

@@ -5,21 +5,18 @@ queue by queue, highest priority first, then oldest due.
 Two queue rules take part in every claim: a paused queue (a ``durable_queue`` row
 with ``paused``) is not claimed from, and a queue with a concurrency limit
 (``DURABLE["QUEUES"][name]["concurrency"]``) gets only the room its limit leaves
-beside the runs of that queue already running, whichever worker runs them.
+beside the runs of that queue already running, whichever worker runs them. With
+flow-keyed runs due, the claim also applies the flow limits the caller passes and
+takes turns across flow keys (docs/flow-control.md).
 
-How the limit holds across workers (PostgreSQL): the claimers of a limited queue
-take a transaction-level advisory lock per limited queue (LOCK_LIMITED_QUEUES)
-before CLAIM, in one short transaction. The lock serialises them, and CLAIM, a
-new statement, takes its snapshot after the lock: it counts the runs the previous
-holder of the lock claimed and committed. Counting inside the statement that
-waited for a row lock would not do: in READ COMMITTED a statement's snapshot
-predates its lock waits. Queues without a limit take no lock and claim as before,
-in one statement. SQLite serialises its writers: its claim counts a limited queue's
-room in the same write.
-
-The statements are the engine's (store/engines: CLAIM, LOCK_LIMITED_QUEUES,
-NEXT_DUE_AT, TAKE_TURNS). With flow-keyed runs due, the claim also applies the flow
-limits and takes turns across flow keys (store/flow.py, docs/flow-control.md).
+How the limits hold across workers: each claimed run of a limited scope takes a
+numbered slot that a partial unique index keeps to one running run (models.
+RUN_SLOT_CONSTRAINTS); the claim serialises per scope and counts after its lock so
+that the index has nothing to refuse in normal operation. On PostgreSQL that is
+durable_claim_v5, run at READ COMMITTED (CLAIM_LEVEL, when the alias sets another
+level); SQLite serialises its writers, so its CLAIM counts and claims in one write.
+The statements are the engine's (store/engines: CLAIM, CLAIM_LEVEL, NEXT_DUE_AT,
+TAKE_TURNS).
 """
 
 from __future__ import annotations
@@ -30,12 +27,13 @@ from datetime import datetime, timedelta
 
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
-from django_durable.store import flow, observers
+from django_durable.store import flow, observers, slots
 from django_durable.store.base import (
     RUN_ATTNAMES,
     atomic,
     db,
     engine,
+    execute,
     fetchall,
     fetchone,
     from_row,
@@ -69,10 +67,9 @@ def claim(
     of ``DURABLE["QUEUES"]``) no more than its room, a workflow with flow limits
     (``flow_limits``: name -> ``flow.FlowLimit``, by default ``flow.source``'s) no
     more than they allow, and only runs of ``workflows`` (None: any) or of names
-    starting with one of ``prefixes``: CLAIM in one statement, after
-    LOCK_LIMITED_QUEUES in one transaction when a limited queue is served and the
-    engine has that lock, then the turns it gave where the engine has TAKE_TURNS (the
-    engine's statements: store/engines)."""
+    starting with one of ``prefixes``: CLAIM in one statement (after CLAIM_LEVEL in
+    one transaction where the engine sets the claim's level), then the turns it gave
+    where the engine has TAKE_TURNS (the engine's statements: store/engines)."""
     watcher = observers.claim_watcher  # telemetry's, when installed
     started = time.perf_counter() if watcher is not None else 0.0
     connection = db()  # looked up once: each look-up costs a thread-local read
@@ -81,19 +78,24 @@ def claim(
     if limits is None:
         limits = conf.queue_limits()
     served_limits = _limits_served(queues, limits)
+    served_flow = flow.served_limits(flow_limits, workflows, prefixes)
     params = {
         "worker_id": worker_id,
         "limit": limit,
         **eng.queue_params(queues, served_limits),
         **eng.workflow_params(workflows, prefixes),
         **eng.lease_params(at, lease),
-        **eng.flow_params(flow.served_limits(flow_limits, workflows, prefixes), at, connection),
+        **eng.flow_params(served_flow, at, connection),
     }
-    if eng.ROWS_NEED_BACKEND_CONVERTERS:  # dates as text: the backend converts them
+    if not eng.CLAIM_GIVES_SLOTS and (served_limits or served_flow):
+        with atomic():  # the claim and its slots, one serialised write
+            runs = list(Run.objects.raw(eng.CLAIM, params))
+            slots.give_slots(runs, served_limits, served_flow)
+    elif eng.ROWS_NEED_BACKEND_CONVERTERS:  # dates as text: the backend converts them
         runs = list(Run.objects.raw(eng.CLAIM, params))
-    elif served_limits and eng.LOCK_LIMITED_QUEUES is not None:
-        with atomic():
-            fetchone(eng.LOCK_LIMITED_QUEUES, {"names": sorted(served_limits)}, connection)
+    elif eng.sets_claim_level(connection) and not connection.in_atomic_block:
+        with atomic():  # the level first, then the claim, in one transaction
+            execute(eng.CLAIM_LEVEL, ())
             rows = fetchall(eng.CLAIM, params, connection)
         runs = [from_row(Run, RUN_ATTNAMES, row, connection) for row in rows]
     else:

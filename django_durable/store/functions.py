@@ -41,23 +41,19 @@ __all__ = [
 # claims.py and steps.py).
 CURRENT = {
     "durable_start": "durable_start_v2",
-    "durable_claim": "durable_claim_v4",
+    "durable_claim": "durable_claim_v5",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v2",
-    # Called by durable_claim_v4, not by the code: listed so that a database that lacks
-    # it is seen (``durable doctor``) and gets it (``install_missing_functions``).
-    "durable_key_running": "durable_key_running_v1",
+    # Called by durable_claim_v5, not by the code: its rules of a claimable run and of
+    # a run holding a worker, written once. Listed so that a database that lacks them
+    # is seen (``durable doctor``) and gets them (``install_missing_functions``).
+    "durable_claimable": "durable_claimable_v1",
+    "durable_holds_worker": "durable_holds_worker_v1",
 }
 
 # The previous versions a migration keeps installed beside the current ones, for the
 # previous release's processes during a rolling deploy (dropped a release later).
-KEPT = (
-    "durable_start_v1",
-    "durable_claim_v1",
-    "durable_claim_v2",
-    "durable_claim_v3",
-    "durable_record_step_v1",
-)
+KEPT = ("durable_start_v1", "durable_record_step_v1")
 
 # Where the migrations keep the functions' text, one file per version.
 SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"

@@ -18,6 +18,8 @@ from django_durable.models import (
     FINISHED_STATUSES,
     Activity,
     Event,
+    FlowRateSlot,
+    FlowTurn,
     Run,
     Status,
     StepAttempt,
@@ -27,6 +29,7 @@ from django_durable.store.base import atomic, engine, fetchone
 __all__ = [
     "prunable",
     "prune_activity",
+    "prune_flow_rows",
     "prune_runs",
 ]
 
@@ -138,3 +141,13 @@ def prune_activity(before: datetime, batch_size: int) -> int:
             return total
         Activity.objects.filter(id__in=ids).delete()
         total += len(ids)
+
+
+def prune_flow_rows(before: datetime) -> int:
+    """Delete flow control's rows idle since ``before``: the turns of keys last
+    claimed before it and the rate slots last begun before it (a rate slot older than
+    its ``per`` is free whether its row is there or not). Rows only: nothing a
+    limit counts."""
+    turns, _ = FlowTurn.objects.filter(claimed_at__lt=before).delete()
+    slots, _ = FlowRateSlot.objects.filter(begun_at__lt=before).delete()
+    return turns + slots

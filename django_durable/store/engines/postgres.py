@@ -73,14 +73,15 @@ INSERT INTO durable_run (
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs, flow_key
+    rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
 ) VALUES (
     %(id)s, %(workflow)s, %(queue)s, %(status)s, %(priority)s, %(input)s, %(context)s,
     %(result)s, %(error)s, %(key)s, %(holds_key)s, %(runs_after_id)s, %(parent_id)s,
     %(step_index)s, %(attempt)s, %(due_at)s, %(timeout_at)s, %(debounce_deadline)s,
     %(waiting_for)s, %(state)s, %(worker_id)s, %(lease_expires_at)s, %(fence)s,
     %(recoveries)s, %(step_names)s, %(trace_context)s, %(created_at)s, %(started_at)s,
-    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s
+    %(finished_at)s, %(rerun_of_id)s, %(rerun_from_step)s, %(inputs)s, %(flow_key)s,
+    %(flow_slot)s, %(workflow_slot)s, %(queue_slot)s
 )
 ON CONFLICT DO NOTHING
 RETURNING id
@@ -121,7 +122,8 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at,
         timeout_at, debounce_deadline, waiting_for, state, worker_id,
         lease_expires_at, fence, recoveries, step_names, trace_context, created_at,
-        started_at, finished_at, rerun_of_id, rerun_from_step, inputs, flow_key
+        started_at, finished_at, rerun_of_id, rerun_from_step, inputs, flow_key,
+        flow_slot, workflow_slot, queue_slot
     )
     SELECT
         %(id)s::uuid, %(workflow)s::varchar, %(queue)s::varchar, %(status)s::varchar,
@@ -134,7 +136,8 @@ new AS (
         %(recoveries)s::integer, %(step_names)s::jsonb, %(trace_context)s::jsonb,
         %(created_at)s::timestamptz, %(started_at)s::timestamptz,
         %(finished_at)s::timestamptz, %(rerun_of_id)s::uuid, %(rerun_from_step)s::varchar,
-        %(inputs)s::jsonb, %(flow_key)s::varchar
+        %(inputs)s::jsonb, %(flow_key)s::varchar, %(flow_slot)s::smallint,
+        %(workflow_slot)s::smallint, %(queue_slot)s::smallint
     WHERE EXISTS (SELECT 1 FROM released)
     RETURNING id
 ),
@@ -168,13 +171,14 @@ new AS (
         holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
         debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
         recoveries, step_names, trace_context, created_at, started_at, finished_at,
-        rerun_of_id, rerun_from_step, inputs, flow_key
+        rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
     )
     SELECT item.id, %(workflow)s, %(queue)s, 'pending', %(priority)s, item.input,
            '{}'::jsonb, NULL, NULL, item.key, item.key IS NOT NULL, NULL, NULL, 0, 1,
            %(due_at)s::timestamptz, %(timeout_at)s::timestamptz, NULL, NULL, '{}'::jsonb,
            NULL, NULL, 0, 0, %(step_names)s::jsonb, %(trace_context)s::jsonb,
-           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key
+           %(created_at)s::timestamptz, NULL, NULL, NULL, NULL, NULL, item.flow_key,
+           NULL, NULL, NULL
     FROM item
     ORDER BY item.ord
     ON CONFLICT DO NOTHING
@@ -197,31 +201,30 @@ ORDER BY item.ord
 
 # --- claiming ------------------------------------------------------------------------
 
-# Serialise the claimers of the limited queues %(names)s: one transaction-level
-# advisory lock per queue, taken in name order (no deadlock between two claimers of
-# overlapping queues), released at commit (store/claims.py says why). No table.
-LOCK_LIMITED_QUEUES = """
-SELECT count(pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || name, 0)))
-FROM (SELECT name FROM unnest(%(names)s::text[]) AS name ORDER BY name) AS limited
-"""
+# The claim's transaction at READ COMMITTED whatever the alias's level: the first
+# statement of the claim's transaction when the alias sets an isolation level
+# (OPTIONS["isolation_level"]), so that the claim's counts, made after its locks, see
+# the claims committed before them (durable_claim_v5; at any level the slot indexes
+# refuse a run past a limit, this makes the refusal rare). No table.
+CLAIM_LEVEL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
-# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v4 (its
-# .sql file says how: the queues served, their room, the runs picked through
-# durable_run_claim with FOR UPDATE SKIP LOCKED; with flow-keyed runs due, the
-# flow limits, the keys no other claimer holds (an advisory lock per key, tried
-# without waiting, each key's running runs counted by durable_key_running_v1) and
-# turns across flow keys through durable_run_flow_level, durable_run_claim_no_flow and
-# durable_flow_turn; the flow parameters are
-# flow_params'). The claimed runs' columns, named
-# in the model's order (``store.base.RUN_ATTNAMES``; a test compares them): the
-# table's own order is not the model's on every database (``SELECT *`` would give it).
+# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v5 (its
+# .sql file says how: the queues served and their room, the runs picked through
+# durable_run_claim with FOR UPDATE SKIP LOCKED; with flow-keyed runs or runs of a
+# workflow-wide limit due, the keys in turns through durable_run_flow and
+# durable_flow_turn, each limited scope's room counted after its lock, and each
+# claimed run's slots under the unique indexes durable_run_queue_slot,
+# durable_run_workflow_slot, durable_run_flow_slot and durable_flow_rate_slot_key;
+# the flow parameters are flow_params'). The claimed runs' columns, named in the
+# model's order (``store.base.RUN_ATTNAMES``; a test compares them): the function
+# returns this explicit list, so a column added later does not change its result.
 CLAIM = """
 SELECT id, workflow, queue, status, priority, input, context, result, error, "key",
     holds_key, runs_after_id, parent_id, step_index, attempt, due_at, timeout_at,
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
-    rerun_of_id, rerun_from_step, inputs, flow_key
-FROM durable_claim_v4(
+    rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
+FROM durable_claim_v5(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
     %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval,
     %(flow_workflows)s::text[], %(key_caps)s::integer[], %(flow_caps)s::integer[],
@@ -229,7 +232,10 @@ FROM durable_claim_v4(
 )
 """
 
-# None: durable_claim_v4 records the turns it gave in the claim's statement.
+# durable_claim_v5 gives the claimed runs' slots in its statement.
+CLAIM_GIVES_SLOTS = True
+
+# None: durable_claim_v5 records the turns it gave in the claim's statement.
 TAKE_TURNS = None
 
 # When the next claimable run of the open queues is due, for an idle worker's wait:
@@ -429,6 +435,16 @@ def workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) ->
         "workflows": None if workflows is None else list(workflows),
         "prefixes": [p.replace("%", r"\%").replace("_", r"\_") + "%" for p in prefixes],
     }
+
+
+def sets_claim_level(connection) -> bool:
+    """Whether the claim runs CLAIM_LEVEL first: when ``connection``'s alias names an
+    isolation level, or its psycopg connection was given one other than READ
+    COMMITTED (the server's default is READ COMMITTED already)."""
+    if connection.settings_dict.get("OPTIONS", {}).get("isolation_level"):
+        return True
+    level = getattr(connection.connection, "isolation_level", None)
+    return getattr(level, "name", "READ_COMMITTED") != "READ_COMMITTED"
 
 
 def lease_params(at: datetime, lease: timedelta) -> dict:

@@ -59,9 +59,11 @@ START_BATCH = None
 
 # --- claiming ------------------------------------------------------------------------
 
-# None: SQLite serialises writers, so CLAIM's count of a limited queue's room and the
-# claim are one write already.
-LOCK_LIMITED_QUEUES = None
+# None: SQLite's transactions are serialisable writers; no level to set.
+CLAIM_LEVEL = None
+# CLAIM leaves the slots NULL: the store gives them in the claim's transaction
+# (store/slots.py), after CLAIM's serialised count.
+CLAIM_GIVES_SLOTS = False
 
 # Claim up to %(limit)s due runs in one statement (SQLite serialises writers: no row
 # locks, no advisory lock, every count and the claim are one write): the due runs of the queues in
@@ -81,7 +83,8 @@ UPDATE durable_run SET
     worker_id = %(worker_id)s,
     lease_expires_at = %(lease_expires_at)s,
     fence = fence + 1,
-    started_at = COALESCE(started_at, %(now)s)
+    started_at = COALESCE(started_at, %(now)s),
+    flow_slot = NULL, workflow_slot = NULL, queue_slot = NULL
 WHERE id IN (
     SELECT ranked.id FROM (
         SELECT c.*,
@@ -202,6 +205,11 @@ def workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) ->
         "workflows": None if workflows is None else json.dumps(list(workflows)),
         "prefixes": json.dumps(list(prefixes)),
     }
+
+
+def sets_claim_level(connection) -> bool:
+    """Never: SQLite has no level to set (CLAIM_LEVEL)."""
+    return False
 
 
 def lease_params(at: datetime, lease: timedelta) -> dict:

@@ -1,0 +1,289 @@
+-- durable_claim_v5: a worker's claim of up to p_limit due runs in one call, with every
+-- limit (docs/flow-control.md). Created by migration 0007.
+--
+-- The limits are database rules: a claimed run of a limited scope (a queue's or a
+-- workflow's concurrency, a key's concurrency_per_key) takes a free slot in [0, limit)
+-- that a partial unique index keeps to one run holding a worker (durable_run_queue_slot,
+-- _workflow_slot, _flow_slot); a begin under rate_per_key takes a rate slot free for
+-- `per` by a conditional upsert (durable_flow_rate_slot). At any isolation level the
+-- second of two claimers past a limit fails. This function makes that rare: advisory
+-- locks per scope (a queue's and a workflow's waited for, in name order; a key's tried,
+-- a key held elsewhere skipped), then each scope's running runs counted in a new
+-- statement (READ COMMITTED, which the store sets), its room floored at 0 (a lowered
+-- limit gives nothing; the other scopes go on). Claimable and holding a worker are
+-- durable_claimable_v1 and durable_holds_worker_v1; due is due_at <= v_now.
+--
+-- 1. The open queues and their room. 2. The gate, on runs due (not claimable: runs
+-- sleeping until later cost nothing): no due run with a flow key or of a workflow-wide
+-- limit -> 3. the fast path, per queue its room of due runs by durable_run_claim.
+-- 4. Else, per queue, the (flow key, workflow) pairs in turns from the queue's pointer
+-- (the key its last claim took last), by a loose scan of durable_run_flow, wrapping;
+-- those with a due run, room and a lock, up to the queue's room; the runs without a
+-- key are one more pair, in the turn of key ''. One statement takes their due runs,
+-- counts each key's room once whatever levels and queues its runs are in, keeps them
+-- in claim order (priority, round, turn) within each queue's and workflow's room, and
+-- moves the pointers. 5. The begins' rate slots, each run's slots, one UPDATE (a
+-- compensating run stays compensating). Plans are kept for the session; jit off (the
+-- generic cost is above jit_above_cost); incremental sort off (a key's runs are read
+-- in durable_run_flow's order).
+CREATE OR REPLACE FUNCTION durable_claim_v5(
+    p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
+    p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
+    p_flow_workflows text[], p_key_caps integer[], p_flow_caps integer[],
+    p_rates integer[], p_pers interval[]
+) RETURNS TABLE (
+    id uuid, workflow varchar, queue varchar, status varchar, priority integer, input jsonb,
+    context jsonb, result jsonb, error jsonb, "key" varchar, holds_key boolean, runs_after_id uuid,
+    parent_id uuid, step_index integer, attempt integer, due_at timestamptz, timeout_at timestamptz,
+    debounce_deadline timestamptz, waiting_for varchar, state jsonb, worker_id varchar,
+    lease_expires_at timestamptz, fence integer, recoveries integer, step_names jsonb,
+    trace_context jsonb, created_at timestamptz, started_at timestamptz, finished_at timestamptz,
+    rerun_of_id uuid, rerun_from_step varchar, inputs jsonb, flow_key varchar, flow_slot smallint,
+    workflow_slot smallint, queue_slot smallint
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+SET enable_incremental_sort = off
+AS $claim$
+#variable_conflict use_column
+DECLARE
+    v_now timestamptz := statement_timestamp();
+    v_open text[];  v_room integer[];  -- the open queues served, in name order; their room
+    v_capped text[];  -- the workflows with a workflow-wide limit and a due run
+    v_name text;  v_left integer;  v_pointer text;
+    -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
+    -- without one), workflow, place in the queue's turn.
+    v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
+    v_ids uuid[];  v_rate_slots integer[];  -- per claimed id, the rate slot of a begin
+BEGIN
+    -- 1. The queues named, or those with a claimable run (a loose scan of durable_run_claim).
+    SELECT array_agg(s.name ORDER BY s.name) INTO v_open FROM (
+        WITH RECURSIVE found(name) AS (
+            SELECT ''::text
+            UNION ALL
+            SELECT (SELECT min(r.queue) FROM durable_run AS r
+                    WHERE durable_claimable_v1(r.status, r.due_at) AND r.queue > found.name)
+            FROM found WHERE found.name IS NOT NULL AND p_queues IS NULL
+        )
+        SELECT found.name FROM found WHERE found.name > '' UNION SELECT unnest(p_queues)
+    ) AS s WHERE NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = s.name), false);
+    IF v_open IS NULL THEN RETURN; END IF;
+    FOR v_name IN SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || v_name, 0));
+    END LOOP;
+    -- After the locks, a new statement: a snapshot with the claims committed before them.
+    SELECT array_agg(CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
+               SELECT count(*) FROM durable_run AS h
+               WHERE h.queue = o.name AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0)
+           END ORDER BY o.name) INTO v_room
+    FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name);
+    -- 2. The gate, on runs due.
+    v_capped := ARRAY(
+        SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
+        WHERE f.cap IS NOT NULL AND EXISTS (
+            SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
+               AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
+        ORDER BY f.name);
+    IF cardinality(v_capped) = 0 AND NOT EXISTS (
+        SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
+            SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
+               AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
+    THEN  -- 3. Fast path.
+        v_ids := ARRAY(
+            SELECT p.id FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
+                SELECT r.id, r.priority, r.due_at FROM durable_run AS r
+                WHERE r.queue = o.name AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
+                  AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
+                ORDER BY r.priority DESC, r.due_at LIMIT LEAST(o.room, p_limit)
+                FOR UPDATE SKIP LOCKED) AS p
+            ORDER BY p.priority DESC, p.due_at LIMIT p_limit);
+    ELSE  -- 4. Flow path.
+        FOREACH v_name IN ARRAY v_capped LOOP
+            PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || v_name, 0));
+        END LOOP;
+        FOR v_name, v_left IN SELECT * FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 LOOP
+            v_pointer := (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
+                          ORDER BY t.claimed_at DESC LIMIT 1);
+            -- From the pointer (a row compared with (k, NULL): the keys after k), then from
+            -- the first key (wrapped), up to the pointer's key again.
+            WITH RECURSIVE walk(flow_key, workflow, wrapped, n) AS (
+                SELECT v_pointer::varchar, NULL::varchar, false, 0
+                UNION ALL
+                SELECT nxt.*, walk.n + 1 FROM walk CROSS JOIN LATERAL (
+                    (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
+                     WHERE r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
+                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                     ORDER BY r.flow_key, r.workflow LIMIT 1)
+                    UNION ALL
+                    (SELECT r.flow_key::varchar, r.workflow::varchar, true FROM durable_run AS r
+                     WHERE NOT walk.wrapped AND r.queue = v_name
+                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                     ORDER BY r.flow_key, r.workflow LIMIT 1)
+                    LIMIT 1) AS nxt
+                WHERE v_pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > v_pointer)
+            ),
+            taken AS (
+                SELECT walk.* FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
+                       AS l(workflow, key_cap, rate) USING (workflow)
+                WHERE walk.n > 0 AND CASE  -- in this order: the lock is tried last
+                    WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
+                              OR walk.workflow LIKE ANY (p_prefixes)) THEN false
+                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name  -- a due run
+                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow
+                            AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
+                          ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) IS NULL THEN false
+                    WHEN l.key_cap IS NULL AND l.rate IS NULL THEN true
+                    ELSE pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_key:'
+                         || length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key, 0))
+                    END
+                LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
+            )
+            SELECT v_pq || array_agg(v_name), v_pk || array_agg(k), v_pw || array_agg(w),
+                   v_place || array_agg(place)
+            INTO v_pq, v_pk, v_pw, v_place
+            FROM (SELECT taken.flow_key, taken.workflow, taken.n::numeric FROM taken
+                  UNION ALL  -- the runs without a flow key: in the turn of key '', at the wrap
+                  SELECT NULL, NULL, COALESCE((SELECT min(n) FROM taken WHERE wrapped),
+                                              (SELECT max(n) + 1 FROM taken), 1) - 0.5
+                 ) AS x(k, w, place);
+        END LOOP;
+        -- After the locks: what each pair gives, each key's room counted once.
+        WITH pair AS (SELECT * FROM unnest(v_pq, v_pk, v_pw, v_place) AS p(queue, flow_key, workflow, place)),
+        lim AS (SELECT * FROM unnest(p_flow_workflows, p_key_caps, p_flow_caps, p_rates, p_pers)
+                AS l(workflow, key_cap, cap, rate, per)),
+        cand AS MATERIALIZED (
+            SELECT c.*, pair.place FROM pair CROSS JOIN LATERAL (
+                SELECT r.id, r.queue, r.workflow, r.flow_key, r.priority, r.due_at, r.started_at
+                FROM durable_run AS r
+                WHERE pair.flow_key IS NOT NULL AND r.queue = pair.queue AND r.flow_key = pair.flow_key
+                  AND r.workflow = pair.workflow AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
+                ORDER BY r.priority DESC, r.due_at, r.id LIMIT p_limit FOR UPDATE SKIP LOCKED) AS c
+            UNION ALL
+            SELECT c.*, pair.place FROM pair CROSS JOIN LATERAL (
+                SELECT r.id, r.queue, r.workflow, r.flow_key, r.priority, r.due_at, r.started_at
+                FROM durable_run AS r
+                WHERE pair.flow_key IS NULL AND r.queue = pair.queue AND r.flow_key IS NULL
+                  AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
+                  AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
+                ORDER BY r.priority DESC, r.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED) AS c
+        ),
+        key_room AS (  -- each key's room, once
+            SELECT k.workflow, k.flow_key,
+                   CASE WHEN lim.key_cap IS NOT NULL THEN GREATEST(lim.key_cap - (
+                       SELECT count(*) FROM durable_run AS h WHERE h.workflow = k.workflow
+                          AND h.flow_key = k.flow_key AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0)
+                   END AS runs,
+                   CASE WHEN lim.rate IS NOT NULL THEN ARRAY(
+                       SELECT s FROM generate_series(0, lim.rate - 1) AS s WHERE NOT EXISTS (
+                           SELECT 1 FROM durable_flow_rate_slot AS b WHERE b.workflow = k.workflow
+                              AND b.flow_key = k.flow_key AND b.slot = s AND b.begun_at > v_now - lim.per)
+                       ORDER BY s)
+                   END AS free_rate
+            FROM (SELECT DISTINCT workflow, flow_key FROM cand WHERE flow_key IS NOT NULL) AS k
+            JOIN lim USING (workflow)
+        ),
+        ranked AS (
+            SELECT cand.*, kr.runs, kr.free_rate, cand.started_at IS NULL AND kr.free_rate IS NOT NULL AS begins,
+                   row_number() OVER (PARTITION BY cand.workflow, cand.flow_key
+                                      ORDER BY cand.priority DESC, cand.due_at, cand.id) AS key_n,
+                   row_number() OVER (PARTITION BY cand.workflow, cand.flow_key, cand.started_at IS NULL
+                                      ORDER BY cand.priority DESC, cand.due_at, cand.id) AS begin_n,
+                   row_number() OVER (PARTITION BY cand.queue, cand.place
+                                      ORDER BY cand.priority DESC, cand.due_at, cand.id) AS round
+            FROM cand LEFT JOIN key_room AS kr ON kr.workflow = cand.workflow AND kr.flow_key = cand.flow_key
+        ),
+        kept AS (
+            SELECT ranked.*,
+                   row_number() OVER (PARTITION BY ranked.queue ORDER BY ranked.priority DESC,
+                                      ranked.round, ranked.place, ranked.due_at) AS queue_n,
+                   row_number() OVER (PARTITION BY ranked.workflow ORDER BY ranked.priority DESC,
+                                      ranked.round, ranked.place, ranked.due_at) AS workflow_n
+            FROM ranked
+            WHERE (ranked.runs IS NULL OR ranked.key_n <= ranked.runs)
+              AND (NOT ranked.begins OR ranked.begin_n <= cardinality(ranked.free_rate))
+        ),
+        claimed AS (
+            SELECT kept.* FROM kept
+            JOIN unnest(v_open, v_room) AS o(name, room) ON o.name = kept.queue
+            LEFT JOIN (SELECT lim.workflow, GREATEST(lim.cap - (SELECT count(*) FROM durable_run AS h
+                           WHERE h.workflow = lim.workflow
+                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0) AS room
+                       FROM lim WHERE lim.workflow = ANY (v_capped)) AS w ON w.workflow = kept.workflow
+            WHERE kept.queue_n <= o.room AND (w.room IS NULL OR kept.workflow_n <= w.room)
+            ORDER BY kept.priority DESC, kept.round, kept.place, kept.due_at LIMIT p_limit
+        ),
+        turned AS (  -- the queue's pointer: the key it took last, at its highest level
+            INSERT INTO durable_flow_turn AS turn (queue, flow_key, claimed_at)
+            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, ''), v_now
+            FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
+            ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
+        )
+        SELECT array_agg(claimed.id),
+               array_agg(CASE WHEN claimed.begins THEN claimed.free_rate[claimed.begin_n] END)
+        INTO v_ids, v_rate_slots FROM claimed;
+    END IF;
+    IF cardinality(v_ids) > 0 THEN  -- 5. The claim.
+    RETURN QUERY
+    WITH rated AS (  -- the begins' rate slots: one begun in the window meanwhile refuses
+        INSERT INTO durable_flow_rate_slot AS b (workflow, flow_key, slot, begun_at)
+        SELECT r.workflow, r.flow_key, c.slot, v_now
+        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
+        WHERE c.slot IS NOT NULL
+        ON CONFLICT (workflow, flow_key, slot) DO UPDATE SET begun_at = EXCLUDED.begun_at
+        WHERE b.begun_at <= v_now - (SELECT l.per FROM unnest(p_flow_workflows, p_pers) AS l(workflow, per)
+                                     WHERE l.workflow = b.workflow)
+        RETURNING b.workflow, b.flow_key, b.slot
+    ),
+    run AS (
+        SELECT r.id, r.queue, r.workflow, r.flow_key
+        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
+        WHERE c.slot IS NULL OR EXISTS (SELECT 1 FROM rated AS t WHERE t.workflow = r.workflow
+                                        AND t.flow_key = r.flow_key AND t.slot = c.slot)
+    ),
+    scoped AS (  -- each run's limited scopes (1 its queue, 2 its workflow, 3 its flow key), its rank in each
+        SELECT run.*, s.kind, s.cap, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
+        FROM run CROSS JOIN LATERAL (
+            SELECT 1, l.cap, run.queue FROM unnest(p_limited, p_caps) AS l(name, cap) WHERE l.name = run.queue
+            UNION ALL
+            SELECT 2, l.cap, run.workflow FROM unnest(p_flow_workflows, p_flow_caps) AS l(name, cap)
+            WHERE l.name = run.workflow
+            UNION ALL
+            SELECT 3, l.cap, length(run.workflow) || ':' || run.workflow || ':' || run.flow_key
+            FROM unnest(p_flow_workflows, p_key_caps) AS l(name, cap)
+            WHERE l.name = run.workflow AND run.flow_key IS NOT NULL) AS s(kind, cap, scope)
+        WHERE s.cap IS NOT NULL
+    ),
+    given AS (  -- the scope's n-th free slot
+        SELECT sc.id, sc.kind, (SELECT s FROM generate_series(0, sc.cap - 1) AS s WHERE NOT CASE sc.kind
+                WHEN 1 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.queue = sc.queue
+                    AND h.queue_slot = s AND h.queue_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
+                WHEN 2 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow
+                    AND h.workflow_slot = s AND h.workflow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
+                ELSE EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow AND h.flow_key = sc.flow_key
+                    AND h.flow_slot = s AND h.flow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)) END
+            ORDER BY s OFFSET sc.n - 1 LIMIT 1) AS slot
+        FROM scoped AS sc
+    ),
+    slots AS (
+        SELECT run.id, max(g.slot) FILTER (WHERE g.kind = 1) AS q, max(g.slot) FILTER (WHERE g.kind = 2) AS w,
+               max(g.slot) FILTER (WHERE g.kind = 3) AS k
+        FROM run LEFT JOIN given AS g USING (id) GROUP BY run.id
+        HAVING count(g.id) = count(g.slot)  -- a run with no free slot in a scope is not claimed
+    )
+    UPDATE durable_run AS d SET
+        status = CASE WHEN d.status = 'compensating' THEN 'compensating' ELSE 'running' END,
+        due_at = CASE WHEN d.status = 'compensating' THEN NULL ELSE d.due_at END,
+        worker_id = p_worker, lease_expires_at = v_now + p_lease, fence = d.fence + 1,
+        started_at = COALESCE(d.started_at, v_now),
+        queue_slot = slots.q, workflow_slot = slots.w, flow_slot = slots.k
+    FROM slots WHERE d.id = slots.id
+    RETURNING d.id, d.workflow, d.queue, d.status, d.priority, d.input, d.context, d.result,
+        d.error, d."key", d.holds_key, d.runs_after_id, d.parent_id, d.step_index, d.attempt,
+        d.due_at, d.timeout_at, d.debounce_deadline, d.waiting_for, d.state, d.worker_id,
+        d.lease_expires_at, d.fence, d.recoveries, d.step_names, d.trace_context, d.created_at,
+        d.started_at, d.finished_at, d.rerun_of_id, d.rerun_from_step, d.inputs, d.flow_key,
+        d.flow_slot, d.workflow_slot, d.queue_slot;
+    END IF;
+END
+$claim$;

@@ -1,0 +1,142 @@
+"""Remove each guard of the claim in turn and show which test catches it (issue 41;
+not run in CI: each mutation builds a fresh PostgreSQL test database).
+
+Each mutation is applied to a copy of the tree (the claim's SQL, a migration or the
+store's code), then the claim's guard tests run against the copy:
+
+    PYTHONPATH=$PWD DURABLE_TEST_DB_NAME=t_mutate .venv/bin/python scripts/mutate_claim.py
+
+It prints one line per mutation: the first test that failed, or "NOT CAUGHT".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLAIM = "django_durable/migrations/sql/durable_claim_v5.sql"
+TESTS = ["tests/test_flow_claim_locks.py", "tests/test_flow_slots.py", "tests/test_flow_control.py"]
+
+# name: (file, pattern, replacement); each pattern must match exactly once.
+MUTATIONS = {
+    "queue lock not waited for": (
+        CLAIM,
+        r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
+        r"'django_durable\.queue:' \|\| v_name, 0\)\);",
+        "NULL;",
+    ),
+    "workflow lock not waited for": (
+        CLAIM,
+        r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
+        r"'django_durable\.workflow:' \|\| v_name, 0\)\);",
+        "NULL;",
+    ),
+    "key lock not tried (always taken)": (
+        CLAIM,
+        r"ELSE pg_try_advisory_xact_lock\(hashtextextended\('django_durable\.flow_key:'.*?, 0\)\)",
+        "ELSE true",
+    ),
+    "queue room not recounted after the lock (the limit instead)": (
+        CLAIM,
+        r"ELSE GREATEST\(l\.cap - \(\s+SELECT count\(\*\) FROM durable_run AS h\s+"
+        r"WHERE h\.queue = o\.name AND durable_holds_worker_v1\(h\.status, "
+        r"h\.lease_expires_at\)\), 0\)",
+        "ELSE l.cap",
+    ),
+    "queue room not floored at 0": (
+        CLAIM,
+        r"ELSE GREATEST\(l\.cap - (\(\s+SELECT count\(\*\) FROM durable_run AS h\s+"
+        r"WHERE h\.queue = o\.name AND durable_holds_worker_v1\(h\.status, "
+        r"h\.lease_expires_at\)\)), 0\)",
+        r"ELSE (l.cap - \1)",
+    ),
+    "key room not counted (the limit instead)": (
+        CLAIM,
+        r"GREATEST\(lim\.key_cap - \(.*?h\.lease_expires_at\)\), 0\)",
+        "lim.key_cap",
+    ),
+    "rate slot taken even if begun within per": (
+        CLAIM,
+        r"\n\s+WHERE b\.begun_at <= v_now - \(SELECT l\.per.*?WHERE l\.workflow = b\.workflow\)",
+        "",
+    ),
+    "a run with no free slot claimed anyway": (
+        CLAIM,
+        r"\n\s+HAVING count\(g\.id\) = count\(g\.slot\)[^\n]*",
+        "",
+    ),
+    "READ COMMITTED not set for the claim": (
+        "django_durable/store/engines/postgres.py",
+        r"(def sets_claim_level\(connection\) -> bool:\n    \"\"\".*?\"\"\"\n)",
+        r"\1    return False\n",
+    ),
+    "queue slot index dropped": (
+        "django_durable/migrations/0007_flow_slots.py",
+        r'\n\s+slot\(\("queue", "queue_slot"\), "durable_run_queue_slot"\),',
+        "",
+    ),
+    "flow key slot index dropped": (
+        "django_durable/migrations/0007_flow_slots.py",
+        r'\n\s+slot\(\("workflow", "flow_key", "flow_slot"\), "durable_run_flow_slot"\),',
+        "",
+    ),
+    "workflow slot index dropped": (
+        "django_durable/migrations/0007_flow_slots.py",
+        r'\n\s+slot\(\("workflow", "workflow_slot"\), "durable_run_workflow_slot"\),',
+        "",
+    ),
+}
+
+
+def mutated_copy(path: str, pattern: str, replacement: str) -> Path:
+    copy = Path(tempfile.mkdtemp(prefix="mutate_claim_"))
+    for name in ("django_durable", "tests", "conftest.py", "pyproject.toml", "manage.py"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy(source, copy / name)
+    target = copy / path
+    text, count = re.subn(pattern, replacement, target.read_text(), flags=re.S)
+    if count != 1:
+        raise SystemExit(f"{path}: {pattern!r} matched {count} times")
+    target.write_text(text)
+    return copy
+
+
+def first_failure(copy: Path) -> str:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(copy),
+        "DURABLE_TEST_DB": "postgres",
+        "DURABLE_TEST_DB_NAME": os.environ.get("DURABLE_TEST_DB_NAME", "t_mutate"),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--create-db",
+         *TESTS],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.M)
+    return failed[0] if failed else "NOT CAUGHT"
+
+
+def main() -> None:
+    wanted = sys.argv[1:]
+    for name, (path, pattern, replacement) in MUTATIONS.items():
+        if wanted and not any(w in name for w in wanted):
+            continue
+        copy = mutated_copy(path, pattern, replacement)
+        try:
+            print(f"{name:<62} {first_failure(copy)}", flush=True)
+        finally:
+            shutil.rmtree(copy)
+
+
+if __name__ == "__main__":
+    main()
