@@ -9,6 +9,7 @@ says how a release's schema change is written."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import sys
@@ -18,11 +19,28 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "django_durable" / "migrat
 MANIFEST = MIGRATIONS / "RELEASED.json"
 
 
+def replaced() -> set[str]:
+    """The drafts a squashed migration replaces (its ``replaces`` list): kept only until
+    the next release deletes them, so never pinned."""
+    names = set()
+    for path in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"):
+        for node in ast.parse(path.read_text()).body:
+            for item in getattr(node, "body", []):
+                if (
+                    isinstance(item, ast.Assign)
+                    and getattr(item.targets[0], "id", "") == "replaces"
+                ):
+                    names |= {name for _app, name in ast.literal_eval(item.value)}
+    return names
+
+
 def shipped() -> dict[str, str]:
-    """Each migration file and function text of the tree, by path under migrations/."""
-    files = sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py")) + sorted(
-        (MIGRATIONS / "sql").glob("*.sql")
-    )
+    """Each migration file and function text of the tree, by path under migrations/
+    (but the drafts a squashed migration replaces)."""
+    drafts = replaced()
+    files = sorted(
+        path for path in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py") if path.stem not in drafts
+    ) + sorted((MIGRATIONS / "sql").glob("*.sql"))
     return {
         path.relative_to(MIGRATIONS).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
         for path in files

@@ -32,6 +32,7 @@ must be empty for every draft (``draft_names()``).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import itertools
 import json
@@ -315,11 +316,45 @@ def draft_names() -> list[str]:
     )
 
 
+def draft_functions() -> list[str]:
+    """Every function name the drafts ever installed: the last draft drops the draft
+    versions (``DROPPED``) and installs the release's (``FUNCTIONS``)."""
+    last = MIGRATIONS / f"{draft_names()[-1]}.py"
+    names: list[str] = []
+    for node in ast.parse(last.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") in (
+            "DROPPED",
+            "FUNCTIONS",
+        ):
+            names += ast.literal_eval(node.value)
+    return names
+
+
+def _install_stale_functions(database: dict, names: list[str]) -> None:
+    """A function under each of ``names`` with a body the release does not have, as a
+    database migrated by main's drafts before the fold held them (the drafts have
+    stopped creating their own versions since)."""
+    import psycopg  # PostgreSQL only
+
+    with psycopg.connect(
+        dbname=database["NAME"],
+        user=database["USER"],
+        host=database["HOST"],
+        port=database["PORT"] or "5432",
+        autocommit=True,
+    ) as conn:
+        for name in names:
+            conn.execute(f"CREATE FUNCTION {name}() RETURNS integer LANGUAGE sql AS 'SELECT 1'")
+
+
 def upgraded(folder: Path, start: str) -> dict[str, str]:
-    """A fresh database migrated to the draft ``start`` by the drafts alone, then to the
-    latest by the package as it is (through the drafts, or a squashed migration's
+    """A fresh database migrated to the draft ``start`` by the drafts alone (on
+    PostgreSQL, holding stale functions under every name a draft installed), then to
+    the latest by the package as it is (through the drafts, or a squashed migration's
     remaining ones)."""
     module = drafts(folder)
     with scratch_database(folder) as database:
         run_migrate(database, folder, "django_durable", start, modules={"django_durable": module})
+        if vendor() == "postgresql":
+            _install_stale_functions(database, draft_functions())
         return run_migrate(database, folder)

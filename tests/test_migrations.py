@@ -2,9 +2,11 @@
 (tests/test_architecture.py checks what they import), and the text of every
 database function lives in the migration that creates it (a file of
 migrations/sql/ it reads by name), under a versioned name that the code calls.
-A function's body cannot change without a new version in a new migration."""
+A released function's body cannot change without a new version in a new
+migration (migrations/RELEASED.json pins the files at their release's tag:
+tests/test_release_rules.py)."""
 
-import hashlib
+import ast
 import re
 import subprocess
 import sys
@@ -18,26 +20,6 @@ from django_durable.store.engines import postgres
 
 MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
 
-# Every released function file (its name without .sql) and its SHA-256. A released
-# file is never edited: a change is a new file (<name>_v<N+1>.sql) created by a new
-# migration, beside the old one, which a later release drops (docs/production.md,
-# "Upgrading"). Add a line here for the new file; never change one.
-RELEASED = {
-    "durable_claim_v1": "0f1a19823e342295fcbdbd696e7313b1625a614da2dc6f2036b85aeeeaf796d4",
-    "durable_claim_v2": "99dee37f6bd3e76309b62a0d2c18fd0b3267ae713058e3b43aa1df63f8b605cd",
-    "durable_claim_v3": "16d0cfaa0f229de14a4ee3a21e4be901bed8257818899f64a5a302b82632a6d4",
-    "durable_claim_v4": "eb336c32490b30e7e2b3790c72cbd251e6b97e266a665055222517e03e64bb46",
-    "durable_claim_v5": "df7e25c5505fdf281bbf13a8a1e90cf6088c7b099428515ea1a9ac2e8bed5749",
-    "durable_claimable_v1": "3ad8788ffd597e54fe1326b68a1618ddec61c1d679a015d1d9f5e78057ed3821",
-    "durable_holds_worker_v1": "5f0cc563b6e6d9afbc47a752c880d6b4c66b0fda414dad6bf1119ee0c0989c31",
-    "durable_key_running_v1": "755bb9fae1d00b7e3741a9412e58ce7fa6e7ac74f7387be8dc52ff85eaa3e9f5",
-    "durable_next_due_at_v1": "c59e383adf05ff02686f603faf99f2c90a7fb7aec66bf1d6f6793fc8eaffc1dd",
-    "durable_record_step_v1": "8d0c5d188e374deb5f118d0d39e09693acf4f6174cb7c5221645c960991aed68",
-    "durable_record_step_v2": "36a2e57cf1ff7e2693758f26b8ad6c925b5e6de82e41d8772e44600368e358dc",
-    "durable_start_v1": "7a4ff0ff116df096a8f14d787563ab5eb994da1c8f13b7dcc7bec7ba5af5e329",
-    "durable_start_v2": "32d007b18433455d328428ed9eae4ef5bff1b699cce4b4f260122f2e1511da6d",
-}
-
 
 def migration_files() -> list[Path]:
     return sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
@@ -45,18 +27,21 @@ def migration_files() -> list[Path]:
 
 def created_versions() -> dict[str, list[str]]:
     """Each function's versions, in the order the migrations create them: the
-    ``<name>_v<N>`` files each migration names."""
+    ``<name>_v<N>`` files each migration's ``FUNCTIONS`` list names."""
     versions: dict[str, list[str]] = {}
     for path in migration_files():
-        for name, number in re.findall(r'"(durable_\w+?)_v(\d+)"', path.read_text()):
-            versions.setdefault(name, []).append(f"{name}_v{number}")
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "FUNCTIONS":
+                for versioned in ast.literal_eval(node.value):
+                    name = versioned.rsplit("_v", 1)[0]
+                    if versioned not in versions.setdefault(name, []):
+                        versions[name].append(versioned)
     return versions
 
 
 def test_the_code_calls_the_newest_version_a_migration_creates():
     versions = created_versions()
-    # durable_key_running_v1 was created (0005) and dropped (0007): no longer called.
-    assert set(versions) == {*functions.CURRENT, "durable_key_running"}
+    assert set(versions) == set(functions.CURRENT)
     for name, versioned in functions.CURRENT.items():
         newest = max(versions[name], key=lambda v: int(v.rsplit("_v", 1)[1]))
         assert versioned == newest, name
@@ -80,19 +65,6 @@ def test_every_function_file_is_created_by_a_migration_and_defines_its_name():
         assert re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(", text) == [name]
 
 
-def test_a_released_function_file_never_changes():
-    files = {path.stem: path for path in (MIGRATIONS / "sql").glob("*.sql")}
-    assert set(files) == set(RELEASED), (
-        "a new function file: add its SHA-256 to RELEASED (and never edit a released one)"
-    )
-    for name, path in files.items():
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        assert digest == RELEASED[name], (
-            f"{name} changed: a released function is never edited; create "
-            "<name>_v<N+1>.sql in a new migration and call it (docs/production.md)"
-        )
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_the_database_holds_the_text_of_the_functions_the_code_calls():
@@ -105,7 +77,7 @@ def test_the_database_holds_the_text_of_the_functions_the_code_calls():
             "WHERE proname LIKE 'durable%%' AND pg_function_is_visible(oid)"
         )
         installed = {name: (source, full) for name, source, full in cursor.fetchall()}
-    assert set(installed) == set(functions.CURRENT.values()) | set(functions.KEPT)
+    assert set(installed) == set(functions.CURRENT.values())
     for name, (source, full) in installed.items():
         text = functions.definition(name)
         assert source == functions.body(text)

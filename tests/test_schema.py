@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from django_durable.store import functions
 from tests import schema
 
 pytestmark = pytest.mark.slow
 
-# 0001 gives the queue tables autovacuum settings (migrations/0001_initial.py,
-# STORAGE): the models have no way to say so.
+# The release's migration gives the queue tables autovacuum settings (STORAGE in
+# migrations/0001_0_3_initial.py): the models have no way to say so.
 STORAGE = (
     "autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, "
     "autovacuum_vacuum_insert_scale_factor=0.02, autovacuum_vacuum_insert_threshold=1000, "
@@ -32,10 +31,6 @@ def allowed(key: str, migrated: str | None, declared: str | None) -> bool:
     kind, name = key.split(" ", 1)
     if kind == "table" and name in ("durable_run", "durable_step_attempt"):
         return (migrated, declared) == (STORAGE, "")
-    if kind == "function":
-        # The previous versions the migrations keep for a rolling deploy
-        # (store/functions.py, KEPT); the models' database gets the current ones only.
-        return declared is None and name.split("(")[0] in functions.KEPT
     return False
 
 

@@ -1,4 +1,10 @@
-"""django-durable's schema: six tables, their named rules and indexes, and on
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+django-durable's schema: six tables, their named rules and indexes, and on
 PostgreSQL the store's functions and the runs tables' autovacuum settings.
 
 This is the first migration of the first release. It is frozen like every
@@ -22,7 +28,6 @@ The rules of keys are the database's own, by name:
 """
 
 import uuid
-from pathlib import Path
 
 import django.db.models.deletion
 import django.db.models.lookups
@@ -48,33 +53,6 @@ ATTEMPT_STATUSES = ["running", "completed", "failed", "suspended", "cancelled", 
 def _choices(values):
     """A field's choices as Django records TextChoices (the value, titled)."""
     return [(value, value.replace("_", " ").title()) for value in values]
-
-
-# PostgreSQL: the store's functions, one file each in sql/ (what each does is at the
-# top of its file). Planned once per database session, each is a start, a claim,
-# the next due time or a step's record in one round trip.
-SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = [
-    "durable_start_v1",
-    "durable_claim_v1",
-    "durable_next_due_at_v1",
-    "durable_record_step_v1",
-]
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
 # PostgreSQL: autovacuum of the queue tables. A run is inserted, updated at its claim
@@ -494,6 +472,4 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(set_storage, reset_storage, elidable=False),
-        # After the tables: durable_claim_v1 returns rows of durable_run.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
     ]

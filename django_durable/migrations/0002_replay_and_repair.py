@@ -1,4 +1,10 @@
-"""Replay and repair: where a rerun came from (rerun_of_id, the run rerun() was
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+Replay and repair: where a rerun came from (rerun_of_id, the run rerun() was
 called with, and rerun_from_step, the step it began at), and the inputs folded into a
 run by debounce or run_again (inputs, oldest first). All three are NULL for a run that
 is no rerun and folded nothing, so a start's insert leaves them out."""

@@ -1,4 +1,10 @@
-"""Flow control by key (docs/flow-control.md): a run's flow key (``flow_key``, 1 to
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+Flow control by key (docs/flow-control.md): a run's flow key (``flow_key``, 1 to
 255 bytes: ``durable_run_flow_key_length``), the claim's index of flow-keyed runs
 (``durable_run_flow``) and of their begins (``durable_run_flow_begun``, for
 ``rate_per_key``), the table of turns (``durable_flow_turn``), and on PostgreSQL two
@@ -13,30 +19,11 @@ Frozen like every migration: it imports nothing from django_durable but
 functions' text is read from ``sql/`` by file name.
 """
 
-from pathlib import Path
-
 import django.db.models.lookups
 import django.utils.timezone
-import django_durable.db_functions
 from django.db import migrations, models
 
-SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = ["durable_start_v2", "durable_claim_v2"]
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
+import django_durable.db_functions
 
 
 class Migration(migrations.Migration):
@@ -119,6 +106,4 @@ class Migration(migrations.Migration):
                 fields=("queue", "flow_key"), name="durable_flow_turn_key"
             ),
         ),
-        # After the tables: durable_claim_v2 reads durable_flow_turn and flow_key.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
     ]

@@ -1,4 +1,10 @@
-"""The claim with flow keys, by key (docs/flow-control.md): ``durable_claim_v3``, on
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+The claim with flow keys, by key (docs/flow-control.md): ``durable_claim_v3``, on
 PostgreSQL, and its two indexes. A claimer walks the keys in turns from its queue's
 pointer (the key the last claim took last: ``durable_flow_turn_last``), one priority
 level at a time (``durable_run_flow_level``), takes the keys no other claimer is
@@ -15,27 +21,7 @@ Frozen like every migration: it imports nothing from django_durable, and the
 function's text is read from ``sql/`` by file name.
 """
 
-from pathlib import Path
-
 from django.db import migrations, models
-
-SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = ["durable_claim_v3"]
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
 class Migration(migrations.Migration):
@@ -60,6 +46,4 @@ class Migration(migrations.Migration):
             model_name="flowturn",
             index=models.Index(fields=["queue", "claimed_at"], name="durable_flow_turn_last"),
         ),
-        # After the indexes: durable_claim_v3 reads them.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
     ]

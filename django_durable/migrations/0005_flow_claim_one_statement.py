@@ -1,4 +1,10 @@
-"""The claim with flow keys in one statement where it can be (docs/flow-control.md):
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+The claim with flow keys in one statement where it can be (docs/flow-control.md):
 ``durable_claim_v4``, on PostgreSQL, with ``durable_key_running_v1`` and the index it
 reads, ``durable_run_flow_busy``.
 
@@ -23,28 +29,7 @@ On PostgreSQL the index is built ``CONCURRENTLY``: the build reads the whole of
 claim and step) until it is done. So the migration is not atomic.
 """
 
-from pathlib import Path
-
 from django.db import migrations, models
-
-SQL = Path(__file__).resolve().parent / "sql"
-# durable_key_running_v1 first: durable_claim_v4 calls it.
-FUNCTIONS = ["durable_key_running_v1", "durable_claim_v4"]
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
 class AddIndexConcurrentlyOnPostgreSQL(migrations.AddIndex):
@@ -88,6 +73,4 @@ class Migration(migrations.Migration):
                 name="durable_run_flow_busy",
             ),
         ),
-        # After the index: durable_key_running_v1 reads it.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
     ]

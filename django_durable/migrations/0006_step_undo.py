@@ -1,4 +1,10 @@
-"""What a step replaced in the context, written once with its record (a draft: the
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+What a step replaced in the context, written once with its record (a draft: the
 lead renumbers it at merge, and it is folded into the release's migration).
 
 ``StepAttempt.replaced``: on a completed attempt, the values its step (or
@@ -19,27 +25,7 @@ every migration: it imports nothing from django_durable, and the function's text
 read from ``sql/`` by file name.
 """
 
-from pathlib import Path
-
 from django.db import migrations, models
-
-SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = ["durable_record_step_v2"]
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
 
 
 def bound_lock_wait(apps, schema_editor):
@@ -61,8 +47,6 @@ class Migration(migrations.Migration):
             name="replaced",
             field=models.JSONField(blank=True, null=True),
         ),
-        # After the column: durable_record_step_v2 writes it.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
         # Backwards, the first operation: the bound before the column is dropped.
         migrations.RunPython(migrations.RunPython.noop, bound_lock_wait, elidable=False),
     ]

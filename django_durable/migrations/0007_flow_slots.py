@@ -1,4 +1,10 @@
-"""Flow limits as database rules, in one short claim (docs/flow-control.md): each
+"""Draft, never released: replaced by ``0001_0_3_initial`` (0.3.0's one migration)
+and kept only so that a database migrated from ``main`` before the 0.3.0 tag
+upgrades through the drafts it lacks; 0.4.0 deletes the drafts. Its database
+functions are no longer created here: ``0008_0_3_functions``, the last draft,
+drops every draft version and installs the release's, one version of each.
+
+Flow limits as database rules, in one short claim (docs/flow-control.md): each
 concurrency limit a numbered slot on durable_run under a partial unique index over
 the runs that hold a worker (``durable_run_flow_slot``, ``durable_run_workflow_slot``,
 ``durable_run_queue_slot``), the rate slots of ``rate_per_key``
@@ -16,40 +22,11 @@ would hold its writes (every start, claim and step) until it is done. So the
 migration is not atomic.
 """
 
-from pathlib import Path
-
 from django.db import migrations, models
 
-SQL = Path(__file__).resolve().parent / "sql"
-FUNCTIONS = ["durable_claimable_v1", "durable_holds_worker_v1", "durable_claim_v5"]
-DROPPED = [
-    "durable_claim_v1",
-    "durable_claim_v2",
-    "durable_claim_v3",
-    "durable_claim_v4",
-    "durable_key_running_v1",
-]
-HOLDS_WORKER = models.Q(("lease_expires_at__isnull", False), ("status__in", ("running", "compensating")))
-
-
-def create_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    with schema_editor.connection.cursor() as cursor:
-        for name in DROPPED:
-            cursor.execute(f"DROP FUNCTION IF EXISTS {name}")
-        for name in FUNCTIONS:
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
-
-
-def drop_functions(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
-    for name in reversed(FUNCTIONS):
-        schema_editor.execute(f"DROP FUNCTION IF EXISTS {name}")
-    with schema_editor.connection.cursor() as cursor:
-        for name in ("durable_claim_v1", "durable_key_running_v1", "durable_claim_v4"):
-            cursor.execute((SQL / f"{name}.sql").read_text(encoding="utf-8"))
+HOLDS_WORKER = models.Q(
+    ("lease_expires_at__isnull", False), ("status__in", ("running", "compensating"))
+)
 
 
 class ConcurrentlyOnPostgreSQL:
@@ -140,7 +117,9 @@ class Migration(migrations.Migration):
         AddIndex(
             model_name="run",
             index=models.Index(
-                condition=models.Q(("due_at__isnull", False), ("flow_key__isnull", False), CLAIMABLE),
+                condition=models.Q(
+                    ("due_at__isnull", False), ("flow_key__isnull", False), CLAIMABLE
+                ),
                 fields=["queue", "due_at"],
                 name="durable_run_flow_due",
             ),
@@ -156,7 +135,5 @@ class Migration(migrations.Migration):
         slot(("workflow", "flow_key", "flow_slot"), "durable_run_flow_slot"),
         slot(("workflow", "workflow_slot"), "durable_run_workflow_slot"),
         slot(("queue", "queue_slot"), "durable_run_queue_slot"),
-        # After the columns and indexes: durable_claim_v5 reads them.
-        migrations.RunPython(create_functions, drop_functions, elidable=False),
         migrations.RemoveIndex(model_name="run", name="durable_run_flow_level"),
     ]

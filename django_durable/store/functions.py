@@ -6,13 +6,17 @@ taken still takes one round trip.
 
 Each function's text lives in the migration that creates it, as a file it reads
 by name (``django_durable/migrations/sql/<name>_v<N>.sql``), under a versioned
-name: ``durable_start_v1``. A released file is never edited. A change is a new
-version beside the old one (``durable_start_v2``, created by a new migration),
-which the next release's code calls while the previous release's processes
-still call ``_v1``; ``_v1`` is dropped only in a later release (expand, then
-contract: docs/production.md, "Upgrading"). ``CURRENT`` names the version this
-code calls; tests/test_migrations.py checks it is the newest a migration creates,
-and that every released file is unchanged.
+name. A released file is never edited (migrations/RELEASED.json pins it at its
+release's tag). A change is a new version beside the old one, created by an expand
+migration of the next release, which that release's code calls while the previous
+release's processes still call the old one; the old one is dropped by a contract
+migration a release later, so at most two versions are installed
+(docs/contributing.md). ``CURRENT`` names the version this code calls;
+tests/test_migrations.py checks it is the newest a migration creates, and that a
+database holds these and no other.
+
+They return explicit columns, ids or scalars, never a table's row type: a column
+added to the table later must not break a call in flight (tests/test_added_column.py).
 
 Statements calling them go through Django's cursor like every other statement, and
 a call is one simple statement, so PgBouncer in transaction pooling mode runs them
@@ -30,7 +34,6 @@ from django_durable.store.engines import for_connection, postgres
 
 __all__ = [
     "CURRENT",
-    "KEPT",
     "definition",
     "install_missing_functions",
     "missing_functions",
@@ -51,9 +54,6 @@ CURRENT = {
     "durable_holds_worker": "durable_holds_worker_v1",
 }
 
-# The previous versions a migration keeps installed beside the current ones, for the
-# previous release's processes during a rolling deploy (dropped a release later).
-KEPT = ("durable_start_v1", "durable_record_step_v1")
 
 # Where the migrations keep the functions' text, one file per version.
 SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"
@@ -61,7 +61,7 @@ SQL_DIR = Path(__file__).resolve().parent.parent / "migrations" / "sql"
 
 @functools.cache
 def definition(versioned: str) -> str:
-    """The CREATE statement of ``versioned`` (``durable_start_v1``), as its migration
+    """The CREATE statement of ``versioned`` (``durable_start_v2``), as its migration
     runs it."""
     return (SQL_DIR / f"{versioned}.sql").read_text(encoding="utf-8")
 

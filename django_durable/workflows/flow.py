@@ -11,7 +11,7 @@ class SyncAccount(Workflow):
 
 A flow key is not a workflow key: keys decide whether a start creates a run, flow
 keys decide when a run may run. It is computed once, at the start, and stored on
-the run (``Run.flow_key``); the claim (store/claims.py, durable_claim_v4) enforces
+the run (``Run.flow_key``); the claim (store/claims.py, the function durable_claim) enforces
 the limits in its own transaction. A bad declaration fails when the class is
 defined (``ImproperlyConfigured``) and again as a system check error
 (``django_durable.E040``), which also sees a value set afterwards.

@@ -1,8 +1,9 @@
 -- durable_next_due_at_v1: when the next claimable run of the open queues is due,
--- for an idle worker's wait. Created by migration 0001; never edited: a change is a
--- durable_next_due_at_v2 beside it, in a new migration.
+-- for an idle worker's wait. Created by 0.3.0's migration (0001_0_3_initial); never
+-- edited from the tag on: a change is a durable_next_due_at_v2 beside it, in an
+-- expand migration of a later release (docs/contributing.md).
 --
--- The open queues as durable_claim_v1 finds them (served, open_queues); a queue with
+-- The open queues as the claim finds them (served, open_queues); a queue with
 -- no room (its limit reached) is left out: its runs wait for a slot, not a time. Per
 -- queue, durable_run_claim is read priority by priority (a loose index scan over the
 -- few priorities in use, levels), the first entry of each. Planned once per session,

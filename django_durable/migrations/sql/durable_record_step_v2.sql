@@ -1,9 +1,9 @@
 -- durable_record_step_v2: a step's record, one call atomic on its own. Created by
--- migration 0006 (a draft until its release is tagged). v1 with one more argument,
--- p_replaced: what the step replaced in the context ({name: [old value]}, or
--- {name: []} for a name it added; NULL when it changed nothing), written once into
--- the attempt's row, where a rerun from a step reads it back (operations/rerun.py);
--- v1 kept it in the run's state, which every later step wrote again.
+-- 0.3.0's migration (0001_0_3_initial); never edited from the tag on. p_replaced:
+-- what the step replaced in the context ({name: [old value]}, or {name: []} for a
+-- name it added; NULL when it changed nothing), written once into the attempt's row,
+-- where a rerun from a step reads it back (operations/rerun.py), never into the
+-- run's state, which every later step would write again.
 --
 -- The fenced UPDATE of the run (by primary key: it must still be running under the
 -- claim's fence), one of four by p_change:

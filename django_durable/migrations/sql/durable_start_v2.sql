@@ -1,11 +1,9 @@
 -- durable_start_v2: a start on PostgreSQL, in one round trip whether the key is
 -- free or taken. A function, so its statements are planned once per database
--- session, not at every start. Created by migration 0003 (flow control); never
--- edited: a change is a durable_start_v3 beside it, in a new migration
--- (docs/production.md, "Upgrading"). It is durable_start_v1 with one more column a
--- start gives a run: p_flow_key (Run.flow_key, computed at the start; NULL: none),
--- which v1 (still called by the previous release during a rolling deploy) leaves
--- NULL.
+-- session, not at every start. Created by 0.3.0's migration (0001_0_3_initial);
+-- never edited from the tag on: a change is a durable_start_v3 beside it, in an
+-- expand migration of a later release (docs/contributing.md). p_flow_key is the
+-- run's flow key (Run.flow_key, computed at the start; NULL: none).
 --
 -- Arguments: the columns a start gives a new run (p_id .. p_created_at; every
 -- other column is written as a new run's default), then p_wake and p_channel
