@@ -4,7 +4,7 @@ README.md, CHANGELOG.md and docs/*.md are read for migration files
 (``0003_flow_control``), migration numbers where a paragraph speaks of migrations
 ("migration 0012", "0002 to 0004") and function versions (``durable_start_v2``);
 each must be a file of ``django_durable/migrations`` (a migration, or a function's
-text in ``sql/``) or named in one. The names are read from that directory, so a fold
+text in ``sql/``). The names are read from that directory, so a fold
 or a rename that leaves a doc behind fails here. CHANGELOG.md may keep the names of
 its past under a marked section (``HISTORIC_BEGIN`` ... ``HISTORIC_END``)."""
 
@@ -42,9 +42,9 @@ def known_names() -> tuple[set[str], set[str]]:
     files = [p for p in MIGRATIONS.glob("*.py") if p.stem != "__init__"]
     migrations = {p.stem for p in files}
     migrations |= {p.stem for p in UPGRADE_MIGRATIONS.glob("*.py") if p.stem != "__init__"}
+    # A function version exists while its text does (a migration may still name one
+    # it drops: the release's last draft drops the drafts' versions).
     functions = {p.stem for p in (MIGRATIONS / "sql").glob("*.sql")}
-    for path in files:
-        functions |= set(FUNCTION.findall(path.read_text()))
     return migrations, functions
 
 
