@@ -20,12 +20,6 @@ class DurableConfig(AppConfig):
 
         telemetry.install()  # OpenTelemetry receivers; a no-op without opentelemetry-api
 
-        # The claim takes the workflows' flow limits from their declarations.
-        from django_durable.operations import flow
-        from django_durable.store import flow as store_flow
-
-        store_flow.source = flow.claim_limits
-
         autodiscover_modules("workflows")
 
         # With the Tasks backend configured, a worker finds task workflows by name.

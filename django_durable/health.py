@@ -22,7 +22,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.models import Count, Index, Min, Q, UniqueConstraint
 
 from django_durable import conf, store
-from django_durable.models import ACTIVE_STATUSES, Run, Status, WorkerNode
+from django_durable.models import ACTIVE_STATUSES, HELD_STATUSES, Run, Status, WorkerNode
 
 __all__ = ["CLOCK_TOLERANCE", "DUE_TOO_LONG", "WORKERS_KEPT", "Finding", "checks"]
 
@@ -412,9 +412,9 @@ def pool() -> list[Finding]:
 def stuck_runs() -> list[Finding]:
     at = store.now()
     findings = []
-    expired = Run.objects.filter(
-        status__in=[Status.RUNNING, Status.COMPENSATING], lease_expires_at__lt=at
-    ).aggregate(n=Count("id"), oldest=Min("lease_expires_at"))
+    expired = Run.objects.filter(status__in=HELD_STATUSES, lease_expires_at__lt=at).aggregate(
+        n=Count("id"), oldest=Min("lease_expires_at")
+    )
     if expired["n"]:
         findings.append(
             Finding(

@@ -14,6 +14,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable import Workflow, step, store
 from django_durable.models import Run, Status
+from django_durable.operations.flow import claim_limits
 from django_durable.runtime import executor
 from django_durable.testing import drain
 from django_durable.workflows.definition import StepDef, registry
@@ -75,7 +76,11 @@ def holder_in(workflow: type[Workflow], status: str, key: str, input: dict | Non
     run_id = durable.start(workflow, input, key=key)
     if status == Status.RUNNING:
         claimed = store.claim(
-            worker_id="test-worker", queues=None, limit=1, lease=timedelta(minutes=5)
+            worker_id="test-worker",
+            queues=None,
+            limit=1,
+            lease=timedelta(minutes=5),
+            flow_limits=claim_limits(),
         )
         assert [run.id for run in claimed] == [run_id]
     elif status == Status.CANCELLED:
@@ -152,7 +157,9 @@ LEASE = timedelta(seconds=30)
 
 def pick_up(run_id=None, worker_id="test-worker"):
     """Claim due runs like a worker (without running them); return the one asked for."""
-    claimed = store.claim(worker_id=worker_id, queues=None, limit=100, lease=LEASE)
+    claimed = store.claim(
+        worker_id=worker_id, queues=None, limit=100, lease=LEASE, flow_limits=claim_limits()
+    )
     if run_id is None:
         assert len(claimed) == 1, claimed
         return claimed[0]

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 import django_durable as durable
 from django_durable import store
+from django_durable.operations.flow import claim_limits
 from django_durable.operations.flow_holds import ceil_second
 from tests.testapp.workflows_flow import FewAtOnce, OnePerTenant, PerTenant, RatedPerTenant
 
@@ -24,7 +25,9 @@ QUEUES = reverse("django_durable:queues")
 
 
 def claim(limit=10):
-    return store.claim(worker_id="w-1", queues=["flow"], limit=limit, lease=LEASE)
+    return store.claim(
+        worker_id="w-1", queues=["flow"], limit=limit, lease=LEASE, flow_limits=claim_limits()
+    )
 
 
 def next_starts(admin_client, workflow: str) -> dict[str, str]:

@@ -114,15 +114,34 @@ def test_the_claimable_statuses_are_defined_once():
     assert spelled == ["models.py"]
 
 
+def test_the_statuses_that_hold_a_worker_are_defined_once():
+    """``models.HELD_STATUSES`` (and ``HOLDS_WORKER`` from it): no module spells them
+    again in Python; the engines' statements spell them in SQL."""
+    spelled = re.compile(r"Status\.RUNNING, Status\.COMPENSATING")
+    found = [str(p.relative_to(PACKAGE)) for p, text in sources() if spelled.search(text)]
+    assert found == ["models.py"]
+
+
+# Where a run's state is decided: the modules of operations that read it.
+STATE_MODULES = ("state", "replay")
+
+
 def test_nothing_in_the_store_decides_from_a_runs_state():
-    """The store writes; operations decide: no store module imports state.py."""
-    importing = [
+    """The store writes; operations decide: no store module imports the modules that
+    decide from a run's state (operations/state.py, operations/replay.py), nor any
+    of operations."""
+    assert all((PACKAGE / "operations" / f"{name}.py").exists() for name in STATE_MODULES)
+    importing = re.compile(
+        r"django_durable\.operations\b|from django_durable import [^\n]*\boperations\b"
+    )
+    for name in STATE_MODULES:
+        assert importing.search(f"from django_durable.operations import {name}")
+    found = [
         str(path.relative_to(PACKAGE))
         for path, text in sources()
-        if path.is_relative_to(PACKAGE / "store")
-        and re.search(r"from django_durable import state\b|django_durable\.state\b", text)
+        if path.is_relative_to(PACKAGE / "store") and importing.search(text)
     ]
-    assert importing == []
+    assert found == []
 
 
 def test_no_row_lock_is_taken_outside_the_store():

@@ -20,6 +20,7 @@ from django.utils import timezone
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.operations.flow import claim_limits
 from django_durable.store.functions import CURRENT
 from tests import plans
 from tests.plans import explain, explain_function, explain_prepared
@@ -132,7 +133,11 @@ def claim_plan(queues, *, generic: bool) -> str:
     """The plan of the statement in durable_claim, for a real claim of ``queues``."""
     values = call_arguments(
         lambda: store.claim(
-            worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1)
+            worker_id="explain",
+            queues=queues,
+            limit=10,
+            lease=timedelta(minutes=1),
+            flow_limits=claim_limits(),
         ),
         CURRENT["durable_claim"],
     )

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.operations.flow import claim_limits
 from tests import plans
 from tests.plans import explain_function
 from tests.test_explain import call_arguments
@@ -49,7 +50,11 @@ def flow_claim_plans() -> tuple[str, str]:
     arguments of a real claim of that queue."""
     values = call_arguments(
         lambda: store.claim(
-            worker_id="explain", queues=["flow"], limit=1, lease=timedelta(minutes=1)
+            worker_id="explain",
+            queues=["flow"],
+            limit=1,
+            lease=timedelta(minutes=1),
+            flow_limits=claim_limits(),
         ),
         plans.CURRENT["durable_claim"],
     )

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from django_durable import store
 from django_durable.models import Run, Status
+from django_durable.operations.flow import claim_limits
 from django_durable.store.functions import CURRENT
 from tests import plans
 from tests.plans import FUNCTION_QUERIES, explain, explain_function
@@ -58,7 +59,12 @@ def plans_of(fn) -> list[str]:
 
 def claim(queues, limits=None):
     return store.claim(
-        worker_id="explain", queues=queues, limit=10, lease=timedelta(minutes=1), limits=limits
+        worker_id="explain",
+        queues=queues,
+        limit=10,
+        lease=timedelta(minutes=1),
+        limits=limits,
+        flow_limits=claim_limits(),
     )
 
 

@@ -22,6 +22,7 @@ from psycopg import IsolationLevel
 import django_durable as durable
 from django_durable import store
 from django_durable.models import FlowRateSlot, Run, Status
+from django_durable.operations.flow import claim_limits
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
 from tests.worker_processes import wait_until
 
@@ -32,6 +33,7 @@ DEADLINE = 30  # seconds: a claim that has not returned by then is stuck, not sl
 
 
 def claim(limit: int, queues=("flow",), worker: str = "w", **kwargs) -> list[Run]:
+    kwargs.setdefault("flow_limits", claim_limits())  # the declared ones, as a worker's
     return store.claim(worker_id=worker, queues=list(queues), limit=limit, lease=LEASE, **kwargs)
 
 

@@ -14,6 +14,7 @@ from django.db import connection
 import django_durable as durable
 from django_durable import Workflow, step, store
 from django_durable.models import FlowRateSlot, Run, Status
+from django_durable.operations.flow import claim_limits
 from django_durable.testing import drain
 from tests.testapp.workflows_flow import (
     FewAtOnce,
@@ -29,7 +30,9 @@ LEASE = timedelta(minutes=1)
 
 
 def claim(limit=10, queues=("flow",), worker="w"):
-    return store.claim(worker_id=worker, queues=list(queues), limit=limit, lease=LEASE)
+    return store.claim(
+        worker_id=worker, queues=list(queues), limit=limit, lease=LEASE, flow_limits=claim_limits()
+    )
 
 
 def finish(runs):

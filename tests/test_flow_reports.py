@@ -15,6 +15,7 @@ from django.urls import reverse
 import django_durable as durable
 from django_durable import checks, store
 from django_durable.models import Run, Status, WorkerNode
+from django_durable.operations.flow import claim_limits
 from django_durable.testing import drain
 from tests.testapp.workflows import WaitsForEvent
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
@@ -25,7 +26,9 @@ LEASE = timedelta(minutes=1)
 
 
 def claim(queues=("flow",), limit=10):
-    return store.claim(worker_id="w-1", queues=list(queues), limit=limit, lease=LEASE)
+    return store.claim(
+        worker_id="w-1", queues=list(queues), limit=limit, lease=LEASE, flow_limits=claim_limits()
+    )
 
 
 def live_worker(queues=()):

@@ -14,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 import django_durable as durable
 from django_durable import store
 from django_durable.models import FlowRateSlot, FlowTurn, Run, Status
+from django_durable.operations.flow import claim_limits
 from django_durable.operations.prune import prune
 from django_durable.store.flow import FlowLimit
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
@@ -38,6 +39,7 @@ def refused(name: str):
 
 
 def claim(limit=10, queues=("flow",), **kwargs):
+    kwargs.setdefault("flow_limits", claim_limits())  # the declared ones, as a worker's
     return store.claim(worker_id="w", queues=list(queues), limit=limit, lease=LEASE, **kwargs)
 
 

@@ -21,10 +21,9 @@ from django_durable import health, stats
 from django_durable.conf import durable_settings
 from django_durable.dashboard.site import render_page
 from django_durable.health import WORKERS_KEPT
-from django_durable.models import CLAIMABLE_STATUSES, Run, Status, WorkerNode
+from django_durable.models import CLAIMABLE_STATUSES, HELD_STATUSES, Run, Status, WorkerNode
 from django_durable.workflows.definition import registry
 
-HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
 SHOWN = 200
 
 

@@ -1,49 +1,53 @@
-"""Flow control by key, the operations' part (docs/flow-control.md): the limits the
-claim enforces, read from the workflows' declarations (``workflows.flow``), and
-what an operator asks about them (``flow_stats``, ``explain_run``: operations/
-flow_reports.py).
+"""Flow control by key, the operations' part (docs/flow-control.md): the limits a
+claim applies, translated from the workflows' declarations (``workflows.declared``)
+into the store's ``FlowLimit``, and when a rate next lets a held run begin. What an
+operator asks about them (``flow_stats``, ``explain_run``) is in operations/
+flow_reports.py.
 
-``claim_limits`` is what the store's claim calls at every claim (apps.py installs it
-as ``store.flow.source``): it reads the declarations once per change of the
-registry, not at every claim. A limit set on a class after it was defined applies
-from the next (un)registration of any workflow, or the next worker start.
+The caller of ``store.claim`` passes ``claim_limits()`` (the worker, at every claim;
+``testing.drain`` passes ``shifted_limits``): the store reads no declaration.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django_durable import store
-from django_durable.store import flow as store_flow
+from django_durable.workflows.declared import declared_limits
 from django_durable.workflows.definition import registry
-from django_durable.workflows.flow import flow_limits
+from django_durable.workflows.flow import FlowLimits
 
-__all__ = ["claim_limits", "declared_limits", "next_rate_window_end", "shifted_limits"]
+__all__ = ["claim_limits", "limits_of", "next_rate_window_end", "shifted_limits"]
 
-_cache: tuple[int, dict[str, store_flow.FlowLimit]] = (-1, {})
-
-
-def declared_limits() -> dict:
-    """``workflows.flow.FlowLimits`` of every registered workflow that has any."""
-    found = {}
-    for workflow in registry.all():
-        limits = flow_limits(workflow)
-        if limits is not None:
-            found[workflow.name] = limits
-    return found
+_cache: tuple[int, dict[str, store.FlowLimit]] = (-1, {})
 
 
-def claim_limits() -> dict[str, store_flow.FlowLimit]:
-    """The flow limits of the registered workflows, by name, as the claim takes them."""
+def limits_of(declared: Mapping[str, FlowLimits]) -> dict[str, store.FlowLimit]:
+    """The store's ``FlowLimit`` by workflow name, from declarations."""
+    return {
+        name: store.FlowLimit(
+            limits.concurrency_per_key,
+            limits.concurrency,
+            limits.rate.limit if limits.rate is not None else None,
+            limits.rate.per if limits.rate is not None else None,
+        )
+        for name, limits in declared.items()
+    }
+
+
+def claim_limits() -> dict[str, store.FlowLimit]:
+    """The flow limits of the registered workflows, by name, as a claim takes them
+    (translated once per change of the registry)."""
     global _cache
     version, limits = _cache
     if version != registry.version:
-        limits = store_flow.limits_of(declared_limits())
+        limits = limits_of(declared_limits())
         _cache = (registry.version, limits)
     return limits
 
 
-def shifted_limits(shift: timedelta) -> dict[str, store_flow.FlowLimit]:
+def shifted_limits(shift: timedelta) -> dict[str, store.FlowLimit]:
     """The claim's limits as they read on a clock ``shift`` ahead of the real one
     (``testing.drain(run_timers=True)``, which jumps the runs' timers): every rate's
     window ends ``shift`` earlier, its begins being the real, recorded ones."""

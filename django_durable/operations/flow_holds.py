@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from django_durable import conf, store
-from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
+from django_durable.models import CLAIMABLE_STATUSES, HOLDS_WORKER, QueueState, Run
 from django_durable.workflows.definition import Workflow, registry
 from django_durable.workflows.flow import FlowLimits, flow_limits
 
@@ -170,11 +170,7 @@ def _due(limited: dict[str, FlowLimits], at: datetime) -> dict[str, dict]:
 def _running(limited: dict[str, FlowLimits]) -> dict[tuple[str, str | None], int]:
     """(workflow, flow key) -> runs a worker holds."""
     rows = (
-        Run.objects.filter(
-            workflow__in=list(limited),
-            status__in=store.HELD_STATUSES,
-            lease_expires_at__isnull=False,
-        )
+        Run.objects.filter(HOLDS_WORKER, workflow__in=list(limited))
         .values_list("workflow", "flow_key")
         .annotate(n=Count("id"))
         .order_by()

@@ -15,7 +15,14 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from django_durable import conf, store
-from django_durable.models import FINISHED_STATUSES, QueueState, Run, Status, WorkerNode
+from django_durable.models import (
+    FINISHED_STATUSES,
+    HELD_STATUSES,
+    QueueState,
+    Run,
+    Status,
+    WorkerNode,
+)
 from django_durable.operations.calls import public_call
 from django_durable.operations.flow_holds import ceil_second
 from django_durable.workflows.definition import Workflow, registry
@@ -200,7 +207,7 @@ def describe(run: Run) -> str:
     if run.status in FINISHED_STATUSES:
         when = f" at {_when(run.finished_at)}" if run.finished_at else ""
         return f"Finished: {run.status.replace('_', ' ')}{when}."
-    if run.status in (Status.RUNNING, Status.COMPENSATING) and run.worker_id is not None:
+    if run.status in HELD_STATUSES and run.worker_id is not None:
         doing = "Compensating" if run.status == Status.COMPENSATING else "Running"
         return f"{doing} on worker {run.worker_id}."
     at = store.now()

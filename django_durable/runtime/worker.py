@@ -40,8 +40,8 @@ from datetime import timedelta
 from django.db import DatabaseError, connections
 
 from django_durable import checks, conf, store, telemetry
-from django_durable.models import Run, Status
-from django_durable.operations import calls
+from django_durable.models import HELD_STATUSES, Run
+from django_durable.operations import calls, flow
 from django_durable.runtime import executor, leases, maintenance, stopping, telling
 from django_durable.runtime.errors import is_connection_fault
 from django_durable.runtime.handbacks import HandBacks
@@ -245,6 +245,7 @@ class Worker:
             lease=self.lease,
             workflows=self.workflows,
             prefixes=self.prefixes,
+            flow_limits=flow.claim_limits(),
         )
 
     def executing(self) -> bool:
@@ -461,7 +462,7 @@ class Worker:
         """Log how ``held``'s execution ended; a run still claimed is given up."""
         run = held.run
         outcome = run.status
-        if run.status in (Status.RUNNING, Status.COMPENSATING):
+        if run.status in HELD_STATUSES:
             outcome = self._give_up(held)
         said = telling.outcome(run, outcome, steps, time.monotonic() - started)
         # A failure was said at ERROR, with its traceback, where it was recorded.

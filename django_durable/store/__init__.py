@@ -9,10 +9,9 @@ value the claim set, and the run must still be running).
 Each module keeps its statements as named constants with a comment on what they
 do and which index serves them. This face is the whole face: the rest of the package
 imports names from here, never from a module of the store (tests/test_architecture.py
-checks it), but for one: ``store.flow``, whose ``source`` is the hook that
-``apps.ready()`` sets to the workflows' flow limits and the claim calls (a name
-re-exported here would be a copy taken before it is set), imported as a module with
-the ``FlowLimit`` values the hook returns. (Tests may reach into the modules.)
+checks it). The store calls nothing above it: what it needs of the workflows'
+declarations (a claim's flow limits) its caller passes. (Tests may reach into the
+modules.)
 
 Lock order: where one transaction locks both a key's holder and the run waiting
 behind it, it locks the holder first (``get_holder(lock=True)``, then
@@ -72,8 +71,8 @@ from django_durable.store.diagnostics import (
 from django_durable.store.estimates import (
     status_estimates,
 )
+from django_durable.store.flow import FlowLimit
 from django_durable.store.flow_reads import (
-    HELD_STATUSES,
     begins_in_window,
     due_by_key,
     running_by_key,
@@ -183,7 +182,7 @@ from django_durable.store.workers import (
 )
 
 __all__ = [
-    "HELD_STATUSES",
+    "FlowLimit",
     "DuplicateNote",
     "InsertOrHolder",
     "NewRun",

@@ -6,7 +6,8 @@ Two queue rules take part in every claim: a paused queue (a ``durable_queue`` ro
 with ``paused``) is not claimed from, and a queue with a concurrency limit
 (``DURABLE["QUEUES"][name]["concurrency"]``) gets only the room its limit leaves
 beside the runs of that queue already running, whichever worker runs them. With
-flow-keyed runs due, the claim also applies the flow limits the caller passes and
+flow-keyed runs due, the claim also applies the flow limits the caller passes (the
+store reads no declaration: the worker passes operations.flow.claim_limits()) and
 takes turns across flow keys (docs/flow-control.md).
 
 How the limits hold across workers: each claimed run of a limited scope takes a
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta
 
 from django_durable import conf
 from django_durable.models import CLAIMABLE_STATUSES, QueueState, Run
-from django_durable.store import flow, observers, slots
+from django_durable.store import observers, slots, turns
 from django_durable.store.base import (
     RUN_ATTNAMES,
     atomic,
@@ -39,6 +40,7 @@ from django_durable.store.base import (
     from_row,
     now,
 )
+from django_durable.store.flow import FlowLimit
 
 __all__ = ["claim", "next_due_at"]
 
@@ -50,6 +52,22 @@ def _limits_served(queues: Sequence[str] | None, limits: Mapping[str, int]) -> d
     return {name: cap for name, cap in limits.items() if name in queues}
 
 
+def _flow_served(
+    limits: Mapping[str, FlowLimit] | None,
+    workflows: Sequence[str] | None,
+    prefixes: Sequence[str],
+) -> dict[str, FlowLimit]:
+    """The flow limits of the workflows served (``workflows`` None: any)."""
+    if not limits or workflows is None:
+        return dict(limits or {})
+    known = set(workflows)
+    return {
+        name: limit
+        for name, limit in limits.items()
+        if name in known or any(name.startswith(p) for p in prefixes)
+    }
+
+
 def claim(
     *,
     worker_id: str,
@@ -59,13 +77,13 @@ def claim(
     limits: Mapping[str, int] | None = None,
     workflows: Sequence[str] | None = None,
     prefixes: Sequence[str] = (),
-    flow_limits: Mapping[str, flow.FlowLimit] | None = None,
+    flow_limits: Mapping[str, FlowLimit] | None = None,
 ) -> list[Run]:
     """Claim up to ``limit`` due runs of ``queues`` (None: every queue), highest
     priority first, then oldest due (in turns across flow keys), leaving paused
     queues alone, a limited queue (``limits``: queue -> concurrency, by default those
     of ``DURABLE["QUEUES"]``) no more than its room, a workflow with flow limits
-    (``flow_limits``: name -> ``flow.FlowLimit``, by default ``flow.source``'s) no
+    (``flow_limits``: name -> ``FlowLimit``, the caller's; None: no flow limit) no
     more than they allow, and only runs of ``workflows`` (None: any) or of names
     starting with one of ``prefixes``: CLAIM in one statement (after CLAIM_LEVEL in
     one transaction where the engine sets the claim's level), then the turns it gave
@@ -78,7 +96,7 @@ def claim(
     if limits is None:
         limits = conf.queue_limits()
     served_limits = _limits_served(queues, limits)
-    served_flow = flow.served_limits(flow_limits, workflows, prefixes)
+    served_flow = _flow_served(flow_limits, workflows, prefixes)
     params = {
         "worker_id": worker_id,
         "limit": limit,
@@ -102,7 +120,7 @@ def claim(
         rows = fetchall(eng.CLAIM, params, connection)
         runs = [from_row(Run, RUN_ATTNAMES, row, connection) for row in rows]
     if eng.TAKE_TURNS is not None:  # turns only order: no transaction with the claim
-        flow.take_turns(runs, at, connection, eng.TAKE_TURNS)
+        turns.take_turns(runs, at, connection, eng.TAKE_TURNS)
     if watcher is not None:
         watcher(runs, time.perf_counter() - started, lease, queues)
     runs.sort(key=lambda r: (-r.priority, r.due_at or at, r.created_at))

@@ -13,20 +13,16 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, Min
 
-from django_durable.models import CLAIMABLE_STATUSES, Run, Status
+from django_durable.models import CLAIMABLE_STATUSES, HOLDS_WORKER, Run
 from django_durable.store.base import now
 
 __all__ = ["begins_in_window", "due_by_key", "running_by_key", "running_of"]
-
-HELD_STATUSES = (Status.RUNNING, Status.COMPENSATING)
 
 
 def running_by_key(workflow: str) -> dict[str, int]:
     """The runs of ``workflow`` a worker holds, per flow key (None: without one)."""
     rows = (
-        Run.objects.filter(
-            workflow=workflow, status__in=HELD_STATUSES, lease_expires_at__isnull=False
-        )
+        Run.objects.filter(HOLDS_WORKER, workflow=workflow)
         .values_list("flow_key")
         .annotate(n=Count("id"))
         .order_by()
@@ -36,7 +32,7 @@ def running_by_key(workflow: str) -> dict[str, int]:
 
 def running_of(*, workflow: str | None = None, queue: str | None = None) -> int:
     """How many runs of ``workflow`` (or ``queue``) a worker holds."""
-    runs = Run.objects.filter(status__in=HELD_STATUSES, lease_expires_at__isnull=False)
+    runs = Run.objects.filter(HOLDS_WORKER)
     if workflow is not None:
         runs = runs.filter(workflow=workflow)
     if queue is not None:

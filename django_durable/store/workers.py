@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db import connections
 from django.db.models import Q
 
-from django_durable.models import Run, Status, WorkerNode
+from django_durable.models import HELD_STATUSES, Run, WorkerNode
 from django_durable.store.base import atomic, db, db_now, engine, fetchone, notify_due, now
 
 __all__ = [
@@ -101,9 +101,7 @@ def renew_leases(
     claims = Q()
     for run_id, fence in owned:
         claims |= Q(id=run_id, fence=fence)
-    still = Run.objects.filter(
-        claims, worker_id=worker_id, status__in=[Status.RUNNING, Status.COMPENSATING]
-    )
+    still = Run.objects.filter(claims, worker_id=worker_id, status__in=HELD_STATUSES)
     if still.update(lease_expires_at=db_now() + lease) == len(owned):
         return {}
     kept = set(still.values_list("id", flat=True))

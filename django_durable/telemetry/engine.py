@@ -20,8 +20,9 @@ from django.apps import apps
 from django.db import DatabaseError
 
 from django_durable import store
-from django_durable.store import flow as store_flow
 from django_durable.telemetry.instruments import RunFacts, labels, on
+from django_durable.workflows.declared import declared_limits
+from django_durable.workflows.flow import FlowLimits
 
 try:  # opentelemetry is optional
     from opentelemetry.metrics import Observation
@@ -40,7 +41,7 @@ def claimed(runs: list[Any], seconds: float, lease: timedelta, queues: Sequence[
         return
     try:
         served = ",".join(sorted(queues)) if queues else "*"
-        limited = store_flow.source() if store_flow.source is not None and runs else {}
+        limited = declared_limits() if runs else {}
         inst.claim_latency.record(seconds, {"durable.queue": served})
         for run in runs:
             inst.remember(run.id, RunFacts(run.workflow, run.queue, run.trace_context))
@@ -110,7 +111,7 @@ def _collected(metric: str, read: Any) -> list[Any]:
             connection.close()
 
 
-def held_back(limit: Any, running: dict, due: dict) -> int:
+def held_back(limit: FlowLimits, running: dict, due: dict) -> int:
     """How many of a workflow's due runs its concurrency limits hold back now: per
     flow key those beyond its room (``concurrency_per_key``), and beyond the
     workflow's room (``concurrency``); the caller adds the rate's."""
@@ -119,12 +120,12 @@ def held_back(limit: Any, running: dict, due: dict) -> int:
         if key is None:
             continue
         room = count
-        if limit.key_cap is not None:
-            room = min(room, max(limit.key_cap - running.get(key, 0), 0))
+        if limit.concurrency_per_key is not None:
+            room = min(room, max(limit.concurrency_per_key - running.get(key, 0), 0))
         held += count - room
-    if limit.cap is not None:
+    if limit.concurrency is not None:
         total_due = sum(due.values())
-        room = max(limit.cap - sum(running.values()), 0)
+        room = max(limit.concurrency - sum(running.values()), 0)
         held = max(held, total_due - room)
     return held
 
@@ -134,20 +135,20 @@ def observe_flow(options: Any) -> list[Any]:
     the limits hold back, at collection time (two grouped reads per such workflow;
     labelled by workflow only, never by flow key: the cardinality stays bounded)."""
     inst = on()
-    if inst is None or not inst.observes_depth or store_flow.source is None:
+    if inst is None or not inst.observes_depth:
         return []
     return _collected("durable.flow.held", _held)
 
 
 def _held() -> list[Any]:
     observed = []
-    for name, limit in store_flow.source().items():
+    for name, limit in declared_limits().items():
         running = store.running_by_key(name)
         due = store.due_by_key(name)
         held = held_back(limit, running, due)
         if limit.rate is not None:
-            begun = store.begins_in_window(name, list(due), limit.per)
-            full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate}
+            begun = store.begins_in_window(name, list(due), limit.rate.per)
+            full = {k for k, (n, _oldest) in begun.items() if n >= limit.rate.limit}
             held = max(held, sum(n for k, n in due.items() if k in full))
         observed.append(Observation(held, {"durable.workflow": name}))
     return observed

@@ -24,6 +24,10 @@ def _hold(ctx, workflow):
     if hold and not os.path.exists(hold):
         open(hold, "w").close()
         time.sleep(120)
+    until = ctx.input.get("until")  # a file: the step runs until the test creates it
+    deadline = time.monotonic() + 120
+    while until and not os.path.exists(until) and time.monotonic() < deadline:
+        time.sleep(0.05)
     time.sleep(ctx.input.get("seconds", 0.2))
     span.ended = time.time()
     span.save(update_fields=["ended"])
@@ -76,6 +80,16 @@ class OnePerTenant(Workflow):
     @step
     def work(self, ctx):
         _hold(ctx, "one_per_tenant")
+
+
+class Plain(Workflow):
+    """No flow key and no limit, in the limited workflows' queue."""
+
+    queue = "flow"
+
+    @step
+    def work(self, ctx):
+        _hold(ctx, "plain")
 
 
 class Turns(Workflow):
