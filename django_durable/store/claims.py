@@ -106,7 +106,9 @@ def claim(
         **eng.flow_params(served_flow, at, connection),
     }
     if not eng.CLAIM_GIVES_SLOTS and (served_limits or served_flow):
-        with atomic():  # the claim and its slots, one serialised write
+        # The claim and its slots, one serialised write; inside a caller's transaction,
+        # a part of it (no savepoint: an error there is the caller's to roll back).
+        with atomic(savepoint=False):
             runs = list(Run.objects.raw(eng.CLAIM, params))
             slots.give_slots(runs, served_limits, served_flow)
     elif eng.ROWS_NEED_BACKEND_CONVERTERS:  # dates as text: the backend converts them
