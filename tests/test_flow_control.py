@@ -9,7 +9,6 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 
 import django_durable as durable
 from django_durable import Workflow, step, store
@@ -233,19 +232,3 @@ def test_drain_honours_the_limits_and_the_rate_window_is_a_timer():
     assert Run.objects.filter(status=Status.PENDING).count() == 2
     drain(run_timers=True)
     assert Run.objects.filter(status=Status.COMPLETED).count() == 7
-
-
-@pytest.mark.postgres
-def test_the_previous_releases_start_works_on_the_new_schema():
-    """Rolling deploy: a process of the previous release calls durable_start_v1 while
-    flow-keyed runs exist (its runs have no flow key). The claim functions before
-    durable_claim_v5 were never released: migration 0007 drops them."""
-    durable.start(PerTenant, {"tenant": 1})
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT durable_start_v1(gen_random_uuid(), 'noop', 'flow', 0, '{}', '{}', NULL,"
-            " false, NULL, NULL, now(), NULL, NULL, '[]', NULL, now(), false, 'x', NULL, '{}')"
-        )
-        assert cursor.fetchone()[0] == "true"
-    claimed = claim()
-    assert sorted(r.flow_key or "" for r in claimed) == ["", "tenant:1"]

@@ -85,6 +85,7 @@ class OnePerTenant(Workflow):
 class Plain(Workflow):
     """No flow key and no limit, in the limited workflows' queue."""
 
+    name = "plain_beside_limited"  # "plain" is a name tests define for themselves
     queue = "flow"
 
     @step
