@@ -55,7 +55,8 @@ DECLARE
     -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
     -- without one), workflow, place in the queue's turn.
     v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
-    v_ids uuid[];  v_rate_slots integer[];  -- per claimed id, the rate slot of a begin
+    -- The runs to claim: their ids, queues, workflows, flow keys, rate slots (a begin's).
+    v_ids uuid[];  v_queues text[];  v_workflows text[];  v_keys text[];  v_rate_slots integer[];
 BEGIN
     -- 1. The queues named, or those with a claimable run (a loose scan of durable_run_claim).
     SELECT array_agg(s.name ORDER BY s.name) INTO v_open FROM (
@@ -90,14 +91,14 @@ BEGIN
             SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
                AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
     THEN  -- 3. Fast path.
-        v_ids := ARRAY(
-            SELECT p.id FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
-                SELECT r.id, r.priority, r.due_at FROM durable_run AS r
+        SELECT array_agg(p.id), array_agg(p.queue), array_agg(p.workflow) INTO v_ids, v_queues, v_workflows
+        FROM (SELECT p.* FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
+                SELECT r.id, r.queue, r.workflow, r.priority, r.due_at FROM durable_run AS r
                 WHERE r.queue = o.name AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
                   AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
                 ORDER BY r.priority DESC, r.due_at LIMIT LEAST(o.room, p_limit)
                 FOR UPDATE SKIP LOCKED) AS p
-            ORDER BY p.priority DESC, p.due_at LIMIT p_limit);
+              ORDER BY p.priority DESC, p.due_at LIMIT p_limit) AS p;
     ELSE  -- 4. Flow path.
         FOREACH v_name IN ARRAY v_capped LOOP
             PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || v_name, 0));
@@ -219,30 +220,30 @@ BEGIN
             FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
             ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
         )
-        SELECT array_agg(claimed.id),
+        SELECT array_agg(claimed.id), array_agg(claimed.queue), array_agg(claimed.workflow),
+               array_agg(claimed.flow_key),
                array_agg(CASE WHEN claimed.begins THEN claimed.free_rate[claimed.begin_n] END)
-        INTO v_ids, v_rate_slots FROM claimed;
+        INTO v_ids, v_queues, v_workflows, v_keys, v_rate_slots FROM claimed;
     END IF;
     IF cardinality(v_ids) > 0 THEN  -- 5. The claim.
     RETURN QUERY
     WITH rated AS (  -- the begins' rate slots: one begun in the window meanwhile refuses
         INSERT INTO durable_flow_rate_slot AS b (workflow, flow_key, slot, begun_at)
-        SELECT r.workflow, r.flow_key, c.slot, v_now
-        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
-        WHERE c.slot IS NOT NULL
+        SELECT c.workflow, c.flow_key, c.slot, v_now
+        FROM unnest(v_workflows, v_keys, v_rate_slots) AS c(workflow, flow_key, slot) WHERE c.slot IS NOT NULL
         ON CONFLICT (workflow, flow_key, slot) DO UPDATE SET begun_at = EXCLUDED.begun_at
         WHERE b.begun_at <= v_now - (SELECT l.per FROM unnest(p_flow_workflows, p_pers) AS l(workflow, per)
                                      WHERE l.workflow = b.workflow)
         RETURNING b.workflow, b.flow_key, b.slot
     ),
     run AS (
-        SELECT r.id, r.queue, r.workflow, r.flow_key
-        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
-        WHERE c.slot IS NULL OR EXISTS (SELECT 1 FROM rated AS t WHERE t.workflow = r.workflow
-                                        AND t.flow_key = r.flow_key AND t.slot = c.slot)
+        SELECT c.id, c.queue, c.workflow, c.flow_key
+        FROM unnest(v_ids, v_queues, v_workflows, v_keys, v_rate_slots) AS c(id, queue, workflow, flow_key, slot)
+        WHERE c.slot IS NULL OR EXISTS (SELECT 1 FROM rated AS t WHERE t.workflow = c.workflow
+                                        AND t.flow_key = c.flow_key AND t.slot = c.slot)
     ),
     scoped AS (  -- each run's limited scopes (1 its queue, 2 its workflow, 3 its flow key), its rank in each
-        SELECT run.*, s.kind, s.cap, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
+        SELECT run.*, s.kind, s.cap, s.scope, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
         FROM run CROSS JOIN LATERAL (
             SELECT 1, l.cap, run.queue FROM unnest(p_limited, p_caps) AS l(name, cap) WHERE l.name = run.queue
             UNION ALL
@@ -254,22 +255,29 @@ BEGIN
             WHERE l.name = run.workflow AND run.flow_key IS NOT NULL) AS s(kind, cap, scope)
         WHERE s.cap IS NOT NULL
     ),
-    given AS (  -- the scope's n-th free slot
-        SELECT sc.id, sc.kind, (SELECT s FROM generate_series(0, sc.cap - 1) AS s WHERE NOT CASE sc.kind
-                WHEN 1 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.queue = sc.queue
-                    AND h.queue_slot = s AND h.queue_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
-                WHEN 2 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow
-                    AND h.workflow_slot = s AND h.workflow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
-                ELSE EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow AND h.flow_key = sc.flow_key
-                    AND h.flow_slot = s AND h.flow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)) END
-            ORDER BY s OFFSET sc.n - 1 LIMIT 1) AS slot
-        FROM scoped AS sc
+    free AS (  -- per scope, its smallest free slots, one per run: the n-th is below held + n
+        SELECT g.kind, g.scope, ARRAY(
+                   SELECT s FROM generate_series(0, LEAST(g.cap, cardinality(h.held) + g.wanted) - 1) AS s
+                   WHERE s <> ALL (h.held) ORDER BY s LIMIT g.wanted) AS slots
+        FROM (SELECT kind, scope, min(queue) AS queue, min(workflow) AS workflow, min(flow_key) AS flow_key,
+                     min(cap) AS cap, count(*) AS wanted FROM scoped GROUP BY kind, scope) AS g
+        CROSS JOIN LATERAL (SELECT ARRAY(  -- the slots held, through the scope's slot index
+            SELECT h.queue_slot FROM durable_run AS h WHERE g.kind = 1 AND h.queue = g.queue
+               AND h.queue_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)
+            UNION ALL
+            SELECT h.workflow_slot FROM durable_run AS h WHERE g.kind = 2 AND h.workflow = g.workflow
+               AND h.workflow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)
+            UNION ALL
+            SELECT h.flow_slot FROM durable_run AS h WHERE g.kind = 3 AND h.workflow = g.workflow
+               AND h.flow_key = g.flow_key AND h.flow_slot IS NOT NULL
+               AND durable_holds_worker_v1(h.status, h.lease_expires_at))) AS h(held)
     ),
     slots AS (
-        SELECT run.id, max(g.slot) FILTER (WHERE g.kind = 1) AS q, max(g.slot) FILTER (WHERE g.kind = 2) AS w,
-               max(g.slot) FILTER (WHERE g.kind = 3) AS k
-        FROM run LEFT JOIN given AS g USING (id) GROUP BY run.id
-        HAVING count(g.id) = count(g.slot)  -- a run with no free slot in a scope is not claimed
+        SELECT run.id, max(free.slots[sc.n]) FILTER (WHERE sc.kind = 1) AS q,
+               max(free.slots[sc.n]) FILTER (WHERE sc.kind = 2) AS w,
+               max(free.slots[sc.n]) FILTER (WHERE sc.kind = 3) AS k
+        FROM run LEFT JOIN scoped AS sc USING (id) LEFT JOIN free USING (kind, scope) GROUP BY run.id
+        HAVING count(sc.id) = count(free.slots[sc.n])  -- a run with no free slot in a scope is not claimed
     )
     UPDATE durable_run AS d SET
         status = CASE WHEN d.status = 'compensating' THEN 'compensating' ELSE 'running' END,
