@@ -214,11 +214,18 @@ BEGIN
             WHERE kept.queue_n <= o.room AND (w.room IS NULL OR kept.workflow_n <= w.room)
             ORDER BY kept.priority DESC, kept.round, kept.place, kept.due_at LIMIT p_limit
         ),
-        turned AS (  -- the queue's pointer: the key it took last, at its highest level
-            INSERT INTO durable_flow_turn AS turn (queue, flow_key, claimed_at)
-            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, ''), v_now
+        pointer AS (  -- the queue's pointer: the key it took last, at its highest level
+            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, '') AS flow_key
             FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
-            ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
+        ),
+        added AS (  -- a key's first turn in its queue
+            INSERT INTO durable_flow_turn (queue, flow_key, claimed_at) SELECT pointer.*, v_now FROM pointer
+            ON CONFLICT (queue, flow_key) DO NOTHING
+        ),
+        moved AS (  -- a turn another claim is moving now is left to it: no claimer waits for it
+            UPDATE durable_flow_turn AS t SET claimed_at = v_now WHERE t.ctid = ANY (ARRAY(
+                SELECT l.ctid FROM durable_flow_turn AS l JOIN pointer USING (queue, flow_key)
+                FOR UPDATE OF l SKIP LOCKED))
         )
         SELECT array_agg(claimed.id), array_agg(claimed.queue), array_agg(claimed.workflow),
                array_agg(claimed.flow_key),
