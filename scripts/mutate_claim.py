@@ -68,7 +68,7 @@ MUTATIONS = {
     ),
     "a run with no free slot claimed anyway": (
         CLAIM,
-        r"\n\s+HAVING count\(g\.id\) = count\(g\.slot\)[^\n]*",
+        r"\n\s+HAVING count\(sc\.id\) = count\(free\.slots\[sc\.n\]\)[^\n]*",
         "",
     ),
     "READ COMMITTED not set for the claim": (
