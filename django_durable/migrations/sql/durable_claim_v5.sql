@@ -51,7 +51,8 @@ DECLARE
     v_now timestamptz := statement_timestamp();
     v_open text[];  v_room integer[];  -- the open queues served, in name order; their room
     v_capped text[];  -- the workflows with a workflow-wide limit and a due run
-    v_name text;  v_left integer;  v_pointer text;
+    v_keyed boolean;  -- a flow-keyed run due in a queue with room
+    v_name text;  v_left integer;
     -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
     -- without one), workflow, place in the queue's turn.
     v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
@@ -70,9 +71,8 @@ BEGIN
         SELECT found.name FROM found WHERE found.name > '' UNION SELECT unnest(p_queues)
     ) AS s WHERE NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = s.name), false);
     IF v_open IS NULL THEN RETURN; END IF;
-    FOR v_name IN SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || v_name, 0));
-    END LOOP;
+    PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || o, 0))  -- in name order
+    FROM (SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o) AS o;
     -- After the locks, a new statement: a snapshot with the claims committed before them.
     SELECT array_agg(CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
                SELECT count(*) FROM durable_run AS h
@@ -80,17 +80,17 @@ BEGIN
            END ORDER BY o.name) INTO v_room
     FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name);
     -- 2. The gate, on runs due.
-    v_capped := ARRAY(
+    SELECT ARRAY(
         SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
         WHERE f.cap IS NOT NULL AND EXISTS (
             SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
                AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
-        ORDER BY f.name);
-    IF cardinality(v_capped) = 0 AND NOT EXISTS (
-        SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
+        ORDER BY f.name),
+        EXISTS (SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
             SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
                AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
-    THEN  -- 3. Fast path.
+    INTO v_capped, v_keyed;
+    IF cardinality(v_capped) = 0 AND NOT v_keyed THEN  -- 3. Fast path.
         SELECT array_agg(p.id), array_agg(p.queue), array_agg(p.workflow) INTO v_ids, v_queues, v_workflows
         FROM (SELECT p.* FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
                 SELECT r.id, r.queue, r.workflow, r.priority, r.due_at FROM durable_run AS r
@@ -100,18 +100,17 @@ BEGIN
                 FOR UPDATE SKIP LOCKED) AS p
               ORDER BY p.priority DESC, p.due_at LIMIT p_limit) AS p;
     ELSE  -- 4. Flow path.
-        FOREACH v_name IN ARRAY v_capped LOOP
-            PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || v_name, 0));
-        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || w, 0))
+        FROM unnest(v_capped) AS w;  -- v_capped is in name order
         FOR v_name, v_left IN SELECT * FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 LOOP
-            v_pointer := (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
-                          ORDER BY t.claimed_at DESC LIMIT 1);
-            -- From the pointer (a row compared with (k, NULL): the keys after k), then from
-            -- the first key (wrapped), up to the pointer's key again.
-            WITH RECURSIVE walk(flow_key, workflow, wrapped, n) AS (
-                SELECT v_pointer::varchar, NULL::varchar, false, 0
+            -- From the pointer (the key the queue's last claim took last; a row compared with
+            -- (k, NULL): the keys after k), then from the first key (wrapped), up to it again.
+            WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
+                SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
+                FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
+                              ORDER BY t.claimed_at DESC LIMIT 1)::varchar) AS t(flow_key)
                 UNION ALL
-                SELECT nxt.*, walk.n + 1 FROM walk CROSS JOIN LATERAL (
+                SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
                     (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
                      WHERE r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
                        AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
@@ -122,7 +121,7 @@ BEGIN
                        AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
                      ORDER BY r.flow_key, r.workflow LIMIT 1)
                     LIMIT 1) AS nxt
-                WHERE v_pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > v_pointer)
+                WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
             ),
             taken AS (
                 SELECT walk.* FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
