@@ -287,6 +287,37 @@ def test_a_rate_slot_begun_meanwhile_refuses_the_begin():
     assert FlowRateSlot.objects.get(slot=3).begun_at > now
 
 
+def test_a_rate_slot_begun_while_the_claim_writes_it_refuses_the_begin():
+    """Guard: the rate slot's upsert re-checks the slot's last begin when it writes. The
+    claim reads slot 0 free (begun a minute ago; the others just now); a begin by
+    another session, written before and committed while the claim waits to write
+    that row: the claim's upsert sees the new begin and the run does
+    not begin, so the key never has 6 begins within ``per``."""
+    run_id = durable.start(RatedPerTenant, {"tenant": "r"})
+    now = store.now()
+    for slot in range(5):
+        FlowRateSlot.objects.create(
+            workflow="rated_per_tenant", flow_key="tenant:r", slot=slot,
+            begun_at=now - timedelta(minutes=1) if slot == 0 else now,
+        )  # fmt: skip
+    # Another session begins in slot 0 (it writes the row, uncommitted until released).
+    held = HeldClaim(lambda: FlowRateSlot.objects.filter(slot=0).update(begun_at=store.now()))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    claimer = Claimer(lambda: claim(4))
+    try:
+        claimer.start()
+        wait_until(
+            lambda: claimer.pid is not None and waits_for_a_lock(claimer.pid),
+            DEADLINE,
+            "the claim to wait for slot 0's row",
+        )
+    finally:
+        held.release()
+    assert claimer.result() == []
+    assert Run.objects.get(id=run_id).status == Status.PENDING
+
+
 def index_tuples_read() -> int:
     """Index entries this database's backends have read through the indexes of flow
     keys (durable_run_flow*), with this connection's own reads flushed first

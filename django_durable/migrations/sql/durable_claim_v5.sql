@@ -2,44 +2,33 @@
 -- limit (docs/flow-control.md). Created by migration 0007.
 --
 -- The limits are database rules: a claimed run of a limited scope (a queue's or a
--- workflow's concurrency, a key's concurrency_per_key) takes a free slot in [0, limit)
--- that a partial unique index keeps to one run holding a worker (durable_run_queue_slot,
--- _workflow_slot, _flow_slot); a begin under rate_per_key takes a rate slot free for
--- `per` by a conditional upsert (durable_flow_rate_slot). At any isolation level the
--- second of two claimers past a limit fails. This function makes that rare: advisory
--- locks per scope (a queue's and a workflow's waited for, in name order; a key's tried,
--- a key held elsewhere skipped), then each scope's running runs counted in a new
--- statement (READ COMMITTED, which the store sets), its room floored at 0 (a lowered
--- limit gives nothing; the other scopes go on). Claimable and holding a worker are
--- durable_claimable_v1 and durable_holds_worker_v1; due is due_at <= v_now.
---
--- 1. The open queues and their room. 2. The gate, on runs due (not claimable: runs
--- sleeping until later cost nothing): no due run with a flow key or of a workflow-wide
--- limit -> 3. the fast path, per queue its room of due runs by durable_run_claim.
--- 4. Else, per queue, the (flow key, workflow) pairs in turns from the queue's pointer
--- (the key its last claim took last), by a loose scan of durable_run_flow, wrapping;
--- those with a due run, room and a lock, up to the queue's room; the runs without a
--- key are one more pair, in the turn of key ''. One statement takes their due runs,
--- counts each key's room once whatever levels and queues its runs are in, keeps them
--- in claim order (priority, round, turn) within each queue's and workflow's room, and
--- moves the pointers. 5. The begins' rate slots, each run's slots, one UPDATE (a
--- compensating run stays compensating). Plans are kept for the session; jit off (the
--- generic cost is above jit_above_cost); incremental sort off (a key's runs are read
--- in durable_run_flow's order).
+-- workflow's concurrency, a key's concurrency_per_key) takes a free slot below the
+-- limit, which a partial unique index keeps to one run holding a worker; a begin under
+-- rate_per_key takes a rate slot free for `per` (a conditional upsert). This function
+-- makes a refusal rare: a queue's and a workflow's advisory lock waited for (in name
+-- order), a key's tried (a key held elsewhere is skipped), then each scope's room
+-- counted in a new statement (READ COMMITTED, which the store sets) and floored at 0.
+-- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of
+-- a workflow-wide limit -> 3. the fast path. 4. Else per queue its (flow key, workflow)
+-- pairs in turns from its pointer, by a loose scan of durable_run_flow, up to its room,
+-- with the runs without a key as one more pair; one statement takes their due runs,
+-- each key's room counted once, in claim order (priority, round, turn), and moves the
+-- pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept per session; jit
+-- off (the generic cost is above jit_above_cost); incremental sort off (index order).
 CREATE OR REPLACE FUNCTION durable_claim_v5(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
     p_flow_workflows text[], p_key_caps integer[], p_flow_caps integer[],
     p_rates integer[], p_pers interval[]
-) RETURNS TABLE (
-    id uuid, workflow varchar, queue varchar, status varchar, priority integer, input jsonb,
-    context jsonb, result jsonb, error jsonb, "key" varchar, holds_key boolean, runs_after_id uuid,
-    parent_id uuid, step_index integer, attempt integer, due_at timestamptz, timeout_at timestamptz,
+) RETURNS TABLE (  -- explicit columns: a column added to durable_run never changes them
+    id uuid, workflow varchar, queue varchar, status varchar, priority integer, input jsonb, context jsonb,
+    result jsonb, error jsonb, "key" varchar, holds_key boolean, runs_after_id uuid, parent_id uuid,
+    step_index integer, attempt integer, due_at timestamptz, timeout_at timestamptz,
     debounce_deadline timestamptz, waiting_for varchar, state jsonb, worker_id varchar,
-    lease_expires_at timestamptz, fence integer, recoveries integer, step_names jsonb,
-    trace_context jsonb, created_at timestamptz, started_at timestamptz, finished_at timestamptz,
-    rerun_of_id uuid, rerun_from_step varchar, inputs jsonb, flow_key varchar, flow_slot smallint,
-    workflow_slot smallint, queue_slot smallint
+    lease_expires_at timestamptz, fence integer, recoveries integer, step_names jsonb, trace_context jsonb,
+    created_at timestamptz, started_at timestamptz, finished_at timestamptz, rerun_of_id uuid,
+    rerun_from_step varchar, inputs jsonb, flow_key varchar, flow_slot smallint, workflow_slot smallint,
+    queue_slot smallint
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
