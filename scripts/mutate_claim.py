@@ -27,12 +27,14 @@ TESTS = ["tests/test_flow_claim_locks.py", "tests/test_flow_slots.py", "tests/te
 MUTATIONS = {
     "queue lock not waited for": (
         CLAIM,
-        r"PERFORM pg_advisory_xact_lock\(hashtextextended\('django_durable\.queue:' \|\| o, 0\)\)",
+        r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
+        r"'django_durable\.queue:' \|\| o, 0\)\)",
         "PERFORM true",
     ),
     "workflow lock not waited for": (
         CLAIM,
-        r"PERFORM pg_advisory_xact_lock\(hashtextextended\('django_durable\.workflow:' \|\| w, 0\)\)",
+        r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
+        r"'django_durable\.workflow:' \|\| w, 0\)\)",
         "PERFORM true",
     ),
     "key lock not tried (always taken)": (
