@@ -202,11 +202,12 @@ ORDER BY item.ord
 
 # --- claiming ------------------------------------------------------------------------
 
-# The claim's transaction at READ COMMITTED whatever the alias's level: the first
-# statement of the claim's transaction when its session is at another level (the
-# alias's OPTIONS["isolation_level"] or the server's default: sets_claim_level), so that the claim's counts, made after its locks, see
-# the claims committed before them (durable_claim_v5; at any level the slot indexes
-# refuse a run past a limit, this makes the refusal rare). No table.
+# The claim's transaction at READ COMMITTED whatever its session's level: the first
+# statement of the claim's transaction when the session is at another level (the
+# alias's OPTIONS["isolation_level"] or the server's default: sets_claim_level), so
+# that the claim's counts, made after its locks, see the claims committed before them
+# (durable_claim_v5; at any level the slot indexes refuse a run past a limit, this
+# makes the refusal rare). No table.
 CLAIM_LEVEL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 # Claim up to %(limit)s due runs in one statement: a call of durable_claim_v5 (its
