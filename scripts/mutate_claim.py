@@ -28,14 +28,14 @@ MUTATIONS = {
     "queue lock not waited for": (
         CLAIM,
         r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
-        r"'django_durable\.queue:' \|\| v_name, 0\)\);",
-        "NULL;",
+        r"'django_durable\.queue:' \|\| o, 0\)\)",
+        "PERFORM true",
     ),
     "workflow lock not waited for": (
         CLAIM,
         r"PERFORM pg_advisory_xact_lock\(hashtextextended\("
-        r"'django_durable\.workflow:' \|\| v_name, 0\)\);",
-        "NULL;",
+        r"'django_durable\.workflow:' \|\| w, 0\)\)",
+        "PERFORM true",
     ),
     "key lock not tried (always taken)": (
         CLAIM,
@@ -68,7 +68,7 @@ MUTATIONS = {
     ),
     "a run with no free slot claimed anyway": (
         CLAIM,
-        r"\n\s+HAVING count\(g\.id\) = count\(g\.slot\)[^\n]*",
+        r"\n\s+HAVING count\(sc\.id\) = count\(free\.slots\[sc\.n\]\)[^\n]*",
         "",
     ),
     "READ COMMITTED not set for the claim": (

@@ -9,6 +9,7 @@ import re
 
 from django.db import connection
 
+from django_durable.models import Run
 from django_durable.store.functions import CURRENT, definition
 
 
@@ -26,16 +27,19 @@ START_INSERT = _statement(START_FUNCTION, r"(INSERT INTO durable_run \(.*?DO NOT
 # The claim's statements: its fast path's pick (no flow-keyed run due), the flow
 # path's walk of a queue's keys in turns and its pick from the keys taken. The
 # function's variables become values (its INTO clauses are PL/pgSQL's, not SQL's).
-_CLAIM_PICK = _statement(CLAIM_FUNCTION, r"v_ids := ARRAY\(\s+(SELECT p\.id.*?LIMIT p_limit)\);")
+_CLAIM_PICK = _statement(
+    CLAIM_FUNCTION,
+    r"INTO v_ids, v_queues, v_workflows\s+FROM \((SELECT p\.\*.*?LIMIT p_limit)\) AS p;",
+)
 _CLAIM_WALK = re.sub(
     r"\n\s*INTO v_pq, [^\n]*",
     "",
     _statement(CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?AS x\(k, w, place\));"),
 )
 _CLAIM_FROM_KEYS = re.sub(
-    r"\n\s*INTO v_ids, v_rate_slots",
-    "",
-    _statement(CLAIM_FUNCTION, r"\n\s*(WITH pair AS .*?INTO v_ids, v_rate_slots FROM claimed);"),
+    r"\n\s*INTO v_ids, [^\n]*",
+    " FROM claimed",
+    _statement(CLAIM_FUNCTION, r"\n\s*(WITH pair AS .*?INTO v_ids, .*?FROM claimed);"),
 )
 # The open queues served (the function's first statement), each with the claim's
 # limit as its room.
@@ -70,14 +74,14 @@ def _text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'::text"
 
 
-def claim_walk_query(queue: str, pointer: str = "") -> str:
-    """The flow path's walk of one queue's keys in turns from its pointer, trying each
-    key's lock, for a plan (the function binds these as its loop's variables)."""
+def claim_walk_query(queue: str) -> str:
+    """The flow path's walk of one queue's keys in turns from its pointer (its newest
+    durable_flow_turn row, read in the statement), trying each key's lock, for a plan
+    (the function binds these as its loop's variables)."""
     values = {
         **_NAMED,
         "v_name": _text(queue),
         "v_left": "p_limit",
-        "v_pointer": _text(pointer),
         **{name: "'{}'::text[]" for name in ("v_pq", "v_pk", "v_pw")},
         "v_place": "'{}'::numeric[]",
     }
@@ -109,10 +113,15 @@ _CLAIM_SLOTS = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(WITH rated AS .*?d\.
 
 
 def claim_slots_query(ids: list[str]) -> str:
-    """The claim's last statement for the runs ``ids`` (no begins), for a plan."""
+    """The claim's last statement for the runs ``ids`` (no begins), for a plan (the
+    function passes their queues, workflows and flow keys beside them)."""
+    runs = [Run.objects.get(id=i) for i in ids]
     values = {
         **_NAMED,
         "v_ids": f"ARRAY[{', '.join(repr(str(i)) for i in ids)}]::uuid[]",
+        "v_queues": _sql_array([r.queue for r in runs], "text"),
+        "v_workflows": _sql_array([r.workflow for r in runs], "text"),
+        "v_keys": _sql_array([r.flow_key for r in runs], "text"),
         "v_rate_slots": f"array_fill(NULL::integer, ARRAY[{len(ids)}])",
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_SLOTS)

@@ -135,6 +135,18 @@ DATABASES["replica"] = {
     "OPTIONS": dict(DATABASES["default"].get("OPTIONS", {})),
     "TEST": {"MIRROR": "default"},
 }
+# "repeatable": the same PostgreSQL database, its sessions at REPEATABLE READ by the
+# server's default (not the alias's level): what the claim must detect by itself
+# (tests/test_flow_claim_locks.py).
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["repeatable"] = {
+        **DATABASES["default"],
+        "OPTIONS": {
+            **DATABASES["default"].get("OPTIONS", {}),
+            "options": "-c default_transaction_isolation=repeatable\\ read",
+        },
+        "TEST": {"MIRROR": "default"},
+    }
 # Processes of tests/test_pgbouncer.py and the pool tests: "default" reaches the
 # database through PgBouncer (DURABLE_TEST_PORT), "direct" straight to PostgreSQL,
 # and Django's own pool can be sized.

@@ -16,17 +16,23 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connection, connections, transaction
-from psycopg import IsolationLevel
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable import store
 from django_durable.models import FlowRateSlot, Run, Status
 from django_durable.operations.flow import claim_limits
+from django_durable.store import FlowLimit
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
 from tests.worker_processes import wait_until
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "repeatable"]),
+]
 
 LEASE = timedelta(minutes=1)
 DEADLINE = 30  # seconds: a claim that has not returned by then is stuck, not slow
@@ -72,19 +78,21 @@ class HeldClaim(threading.Thread):
 
 
 class Claimer(threading.Thread):
-    """A claim on its own connection, its result kept; its backend pid known."""
+    """A claim on its own connection (of ``alias``), its result kept; its backend pid
+    known."""
 
-    def __init__(self, call):
+    def __init__(self, call, alias: str = "default"):
         super().__init__(daemon=True)
         self.call = call
+        self.alias = alias
         self.claimed: list | None = None
         self.pid: int | None = None
         self.error: BaseException | None = None
 
     def run(self):
         try:
-            connection.ensure_connection()
-            self.pid = connection.connection.info.backend_pid
+            connections[self.alias].ensure_connection()
+            self.pid = connections[self.alias].connection.info.backend_pid
             self.claimed = self.call()
         except BaseException as error:
             self.error = error
@@ -109,14 +117,14 @@ def waits_for_a_lock(pid: int) -> bool:
         return cursor.fetchone()[0]
 
 
-def claim_behind(held_call, waiting_call) -> tuple[list, list]:
+def claim_behind(held_call, waiting_call, alias: str = "default") -> tuple[list, list]:
     """``held_call`` claims in a transaction kept open; ``waiting_call`` claims on its
     own connection, must be seen waiting for a lock (pg_locks) while the first holds
     its locks, and returns once the first commits: what each claimed."""
     held = HeldClaim(held_call)
     held.start()
     assert held.ready.wait(DEADLINE)
-    waiting = Claimer(waiting_call)
+    waiting = Claimer(waiting_call, alias)
     try:
         waiting.start()
         wait_until(
@@ -137,16 +145,16 @@ def due(queue: str, count: int, workflow: str = "plain", minutes_ago: int = 0, *
         )
 
 
-def read_committed_no_more(thread_claim):
-    """``thread_claim`` on a connection whose session is at REPEATABLE READ."""
+def at_repeatable_read(thread_claim):
+    """``thread_claim`` through the "repeatable" alias (tests/settings.py): a session
+    at REPEATABLE READ by the server's default, which the claim must detect itself."""
 
     def call():
-        connection.ensure_connection()
-        connection.connection.isolation_level = IsolationLevel.REPEATABLE_READ
-        try:
+        with override_settings(DURABLE={**settings.DURABLE, "DATABASE": "repeatable"}):
+            with connections["repeatable"].cursor() as cursor:
+                cursor.execute("SHOW transaction_isolation")
+                assert cursor.fetchone()[0] == "repeatable read"
             return thread_claim()
-        finally:
-            connection.connection.isolation_level = None
 
     return call
 
@@ -157,21 +165,39 @@ QUEUE_LIMIT = {"limited": 1}
 @pytest.mark.parametrize("level", ["read committed", "repeatable read"])
 def test_a_queue_claimer_waits_for_the_queues_lock_and_counts_after_it(level):
     """Guards: the queue's lock waited for, the queue's room counted after it (a new
-    statement, at READ COMMITTED, which the store sets when the session has another
-    level). The second claimer, after the first committed, sees the limited queue
-    full and fills its claim from the other queue: neither its write refused by the
-    slot index, nor its room spent on a run it may not claim."""
+    statement, at READ COMMITTED, which the store sets when the session's default is
+    another level: at REPEATABLE READ the count would read the snapshot taken before
+    the wait, and the slot index would refuse the claim). The second claimer, after
+    the first committed, sees the limited queue full and fills its claim from the
+    other queue: neither its write refused by the slot index, nor its room spent on
+    a run it may not claim."""
     due("limited", 2, minutes_ago=10)  # older: claim order takes them first
     due("other", 2)
     second = lambda: claim(2, queues=("limited", "other"), worker="second", limits=QUEUE_LIMIT)  # noqa: E731
+    alias = "default"
     if level == "repeatable read":
-        second = read_committed_no_more(second)
+        second, alias = at_repeatable_read(second), "repeatable"
     first, got = claim_behind(
-        lambda: claim(1, queues=("limited",), worker="first", limits=QUEUE_LIMIT), second
+        lambda: claim(1, queues=("limited",), worker="first", limits=QUEUE_LIMIT), second, alias
     )
     assert [r.queue for r in first] == ["limited"]
     assert sorted(r.queue for r in got) == ["other", "other"]
     assert Run.objects.filter(queue="limited", status=Status.RUNNING).count() == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "repeatable"])
+def test_the_session_level_is_asked_once_per_connection():
+    """The claim reads the session's default level once per connection, not per claim."""
+    due("flow", 3)
+    with override_settings(DURABLE={**settings.DURABLE, "DATABASE": "repeatable"}):
+        repeatable = connections["repeatable"]
+        repeatable.close()
+        with CaptureQueriesContext(repeatable) as seen:
+            for _ in range(3):
+                assert len(claim(1)) == 1
+    asked = [q for q in seen.captured_queries if "transaction_isolation" in q["sql"]]
+    assert len(asked) == 1
+    assert sum("READ COMMITTED" in q["sql"] for q in seen.captured_queries) == 3
 
 
 def test_a_workflow_claimer_waits_for_the_workflows_lock_and_counts_after_it():
@@ -187,6 +213,39 @@ def test_a_workflow_claimer_waits_for_the_workflows_lock_and_counts_after_it():
     assert [r.workflow for r in first] == ["few_at_once", "few_at_once"]
     assert sorted(r.workflow for r in got) == ["turns", "turns"]
     assert Run.objects.filter(workflow="few_at_once", status=Status.RUNNING).count() == 2
+
+
+def test_a_run_of_a_limited_workflow_due_meanwhile_gets_a_slot_or_nothing():
+    """Guard: a run is claimed only with a free slot in each of its limited scopes. The
+    second claimer waits for FewAtOnce's lock (its runs were due); meanwhile a run of
+    another limited workflow ("one_at_once", 1 at once, its slot held) becomes due, so
+    the second claimer never locked or counted that workflow: the slot it cannot get
+    keeps it from running a second run."""
+    due("flow", 4, workflow="few_at_once", minutes_ago=10, flow_key="tenant:x")
+    Run.objects.create(
+        workflow="one_at_once", queue="flow", status=Status.RUNNING, worker_id="old",
+        lease_expires_at=store.now() + LEASE, workflow_slot=0,
+    )  # fmt: skip
+    limits = {
+        "few_at_once": FlowLimit(None, 2, None, None),
+        "one_at_once": FlowLimit(None, 1, None, None),
+    }
+    held = HeldClaim(lambda: claim(2, worker="first", flow_limits=limits))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    second = Claimer(lambda: claim(3, worker="second", flow_limits=limits))
+    try:
+        second.start()
+        wait_until(
+            lambda: second.pid is not None and waits_for_a_lock(second.pid),
+            DEADLINE,
+            "the second claimer to wait for the workflow's lock",
+        )
+        due("flow", 1, workflow="one_at_once", minutes_ago=20)
+    finally:
+        held.release()
+    assert second.result() == []
+    assert Run.objects.filter(workflow="one_at_once", status=Status.RUNNING).count() == 1
 
 
 def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
@@ -228,6 +287,37 @@ def test_a_rate_slot_begun_meanwhile_refuses_the_begin():
     FlowRateSlot.objects.filter(slot=3).update(begun_at=now - timedelta(minutes=1))
     [begun] = claim(4)
     assert FlowRateSlot.objects.get(slot=3).begun_at > now
+
+
+def test_a_rate_slot_begun_while_the_claim_writes_it_refuses_the_begin():
+    """Guard: the rate slot's upsert re-checks the slot's last begin when it writes. The
+    claim reads slot 0 free (begun a minute ago; the others just now); a begin by
+    another session, written before and committed while the claim waits to write
+    that row: the claim's upsert sees the new begin and the run does
+    not begin, so the key never has 6 begins within ``per``."""
+    run_id = durable.start(RatedPerTenant, {"tenant": "r"})
+    now = store.now()
+    for slot in range(5):
+        FlowRateSlot.objects.create(
+            workflow="rated_per_tenant", flow_key="tenant:r", slot=slot,
+            begun_at=now - timedelta(minutes=1) if slot == 0 else now,
+        )  # fmt: skip
+    # Another session begins in slot 0 (it writes the row, uncommitted until released).
+    held = HeldClaim(lambda: FlowRateSlot.objects.filter(slot=0).update(begun_at=store.now()))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    claimer = Claimer(lambda: claim(4))
+    try:
+        claimer.start()
+        wait_until(
+            lambda: claimer.pid is not None and waits_for_a_lock(claimer.pid),
+            DEADLINE,
+            "the claim to wait for slot 0's row",
+        )
+    finally:
+        held.release()
+    assert claimer.result() == []
+    assert Run.objects.get(id=run_id).status == Status.PENDING
 
 
 def index_tuples_read() -> int:

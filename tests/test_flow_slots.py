@@ -219,3 +219,17 @@ def test_pruning_deletes_the_flow_rows_of_idle_keys_only():
     prune()
     assert list(FlowRateSlot.objects.values_list("flow_key", flat=True)) == ["tenant:busy"]
     assert list(FlowTurn.objects.values_list("flow_key", flat=True)) == ["tenant:busy"]
+
+
+# --- what the room count protects ------------------------------------------------------
+
+
+def test_a_run_claimed_before_its_limit_was_declared_counts_in_the_keys_room():
+    """A run claimed before ``concurrency_per_key`` was declared holds a worker but no
+    slot: the slots alone would let a second run of its key begin (slot 0 is free);
+    the key's room, counted from the runs holding a worker, gives nothing."""
+    holding(workflow="one_per_tenant", flow_key="tenant:1")  # no flow_slot
+    durable.start(OnePerTenant, {"tenant": 1})
+    durable.start(OnePerTenant, {"tenant": 2})
+    assert [r.flow_key for r in claim()] == ["tenant:2"]
+    assert running(flow_key="tenant:1") == 1

@@ -2,44 +2,33 @@
 -- limit (docs/flow-control.md). Created by migration 0007.
 --
 -- The limits are database rules: a claimed run of a limited scope (a queue's or a
--- workflow's concurrency, a key's concurrency_per_key) takes a free slot in [0, limit)
--- that a partial unique index keeps to one run holding a worker (durable_run_queue_slot,
--- _workflow_slot, _flow_slot); a begin under rate_per_key takes a rate slot free for
--- `per` by a conditional upsert (durable_flow_rate_slot). At any isolation level the
--- second of two claimers past a limit fails. This function makes that rare: advisory
--- locks per scope (a queue's and a workflow's waited for, in name order; a key's tried,
--- a key held elsewhere skipped), then each scope's running runs counted in a new
--- statement (READ COMMITTED, which the store sets), its room floored at 0 (a lowered
--- limit gives nothing; the other scopes go on). Claimable and holding a worker are
--- durable_claimable_v1 and durable_holds_worker_v1; due is due_at <= v_now.
---
--- 1. The open queues and their room. 2. The gate, on runs due (not claimable: runs
--- sleeping until later cost nothing): no due run with a flow key or of a workflow-wide
--- limit -> 3. the fast path, per queue its room of due runs by durable_run_claim.
--- 4. Else, per queue, the (flow key, workflow) pairs in turns from the queue's pointer
--- (the key its last claim took last), by a loose scan of durable_run_flow, wrapping;
--- those with a due run, room and a lock, up to the queue's room; the runs without a
--- key are one more pair, in the turn of key ''. One statement takes their due runs,
--- counts each key's room once whatever levels and queues its runs are in, keeps them
--- in claim order (priority, round, turn) within each queue's and workflow's room, and
--- moves the pointers. 5. The begins' rate slots, each run's slots, one UPDATE (a
--- compensating run stays compensating). Plans are kept for the session; jit off (the
--- generic cost is above jit_above_cost); incremental sort off (a key's runs are read
--- in durable_run_flow's order).
+-- workflow's concurrency, a key's concurrency_per_key) takes a free slot below the
+-- limit, which a partial unique index keeps to one run holding a worker; a begin under
+-- rate_per_key takes a rate slot free for `per` (a conditional upsert). This function
+-- makes a refusal rare: a queue's and a workflow's advisory lock waited for (in name
+-- order), a key's tried (a key held elsewhere is skipped), then each scope's room
+-- counted in a new statement (READ COMMITTED, which the store sets) and floored at 0.
+-- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of
+-- a workflow-wide limit -> 3. the fast path. 4. Else per queue its (flow key, workflow)
+-- pairs in turns from its pointer, by a loose scan of durable_run_flow, up to its room,
+-- with the runs without a key as one more pair; one statement takes their due runs,
+-- each key's room counted once, in claim order (priority, round, turn), and moves the
+-- pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept per session; jit
+-- off (the generic cost is above jit_above_cost); incremental sort off (index order).
 CREATE OR REPLACE FUNCTION durable_claim_v5(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
     p_flow_workflows text[], p_key_caps integer[], p_flow_caps integer[],
     p_rates integer[], p_pers interval[]
-) RETURNS TABLE (
-    id uuid, workflow varchar, queue varchar, status varchar, priority integer, input jsonb,
-    context jsonb, result jsonb, error jsonb, "key" varchar, holds_key boolean, runs_after_id uuid,
-    parent_id uuid, step_index integer, attempt integer, due_at timestamptz, timeout_at timestamptz,
+) RETURNS TABLE (  -- explicit columns: a column added to durable_run never changes them
+    id uuid, workflow varchar, queue varchar, status varchar, priority integer, input jsonb, context jsonb,
+    result jsonb, error jsonb, "key" varchar, holds_key boolean, runs_after_id uuid, parent_id uuid,
+    step_index integer, attempt integer, due_at timestamptz, timeout_at timestamptz,
     debounce_deadline timestamptz, waiting_for varchar, state jsonb, worker_id varchar,
-    lease_expires_at timestamptz, fence integer, recoveries integer, step_names jsonb,
-    trace_context jsonb, created_at timestamptz, started_at timestamptz, finished_at timestamptz,
-    rerun_of_id uuid, rerun_from_step varchar, inputs jsonb, flow_key varchar, flow_slot smallint,
-    workflow_slot smallint, queue_slot smallint
+    lease_expires_at timestamptz, fence integer, recoveries integer, step_names jsonb, trace_context jsonb,
+    created_at timestamptz, started_at timestamptz, finished_at timestamptz, rerun_of_id uuid,
+    rerun_from_step varchar, inputs jsonb, flow_key varchar, flow_slot smallint, workflow_slot smallint,
+    queue_slot smallint
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -51,11 +40,13 @@ DECLARE
     v_now timestamptz := statement_timestamp();
     v_open text[];  v_room integer[];  -- the open queues served, in name order; their room
     v_capped text[];  -- the workflows with a workflow-wide limit and a due run
-    v_name text;  v_left integer;  v_pointer text;
+    v_keyed boolean;  -- a flow-keyed run due in a queue with room
+    v_name text;  v_left integer;
     -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
     -- without one), workflow, place in the queue's turn.
     v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
-    v_ids uuid[];  v_rate_slots integer[];  -- per claimed id, the rate slot of a begin
+    -- The runs to claim: their ids, queues, workflows, flow keys, rate slots (a begin's).
+    v_ids uuid[];  v_queues text[];  v_workflows text[];  v_keys text[];  v_rate_slots integer[];
 BEGIN
     -- 1. The queues named, or those with a claimable run (a loose scan of durable_run_claim).
     SELECT array_agg(s.name ORDER BY s.name) INTO v_open FROM (
@@ -69,9 +60,8 @@ BEGIN
         SELECT found.name FROM found WHERE found.name > '' UNION SELECT unnest(p_queues)
     ) AS s WHERE NOT COALESCE((SELECT q.paused FROM durable_queue AS q WHERE q.name = s.name), false);
     IF v_open IS NULL THEN RETURN; END IF;
-    FOR v_name IN SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || v_name, 0));
-    END LOOP;
+    PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || o, 0))  -- in name order
+    FROM (SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o) AS o;
     -- After the locks, a new statement: a snapshot with the claims committed before them.
     SELECT array_agg(CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
                SELECT count(*) FROM durable_run AS h
@@ -79,38 +69,37 @@ BEGIN
            END ORDER BY o.name) INTO v_room
     FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name);
     -- 2. The gate, on runs due.
-    v_capped := ARRAY(
+    SELECT ARRAY(
         SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
         WHERE f.cap IS NOT NULL AND EXISTS (
             SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
                AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
-        ORDER BY f.name);
-    IF cardinality(v_capped) = 0 AND NOT EXISTS (
-        SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
+        ORDER BY f.name),
+        EXISTS (SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
             SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
                AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
-    THEN  -- 3. Fast path.
-        v_ids := ARRAY(
-            SELECT p.id FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
-                SELECT r.id, r.priority, r.due_at FROM durable_run AS r
+    INTO v_capped, v_keyed;
+    IF cardinality(v_capped) = 0 AND NOT v_keyed THEN  -- 3. Fast path.
+        SELECT array_agg(p.id), array_agg(p.queue), array_agg(p.workflow) INTO v_ids, v_queues, v_workflows
+        FROM (SELECT p.* FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
+                SELECT r.id, r.queue, r.workflow, r.priority, r.due_at FROM durable_run AS r
                 WHERE r.queue = o.name AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
                   AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
                 ORDER BY r.priority DESC, r.due_at LIMIT LEAST(o.room, p_limit)
                 FOR UPDATE SKIP LOCKED) AS p
-            ORDER BY p.priority DESC, p.due_at LIMIT p_limit);
+              ORDER BY p.priority DESC, p.due_at LIMIT p_limit) AS p;
     ELSE  -- 4. Flow path.
-        FOREACH v_name IN ARRAY v_capped LOOP
-            PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || v_name, 0));
-        END LOOP;
+        PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || w, 0))
+        FROM unnest(v_capped) AS w;  -- v_capped is in name order
         FOR v_name, v_left IN SELECT * FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 LOOP
-            v_pointer := (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
-                          ORDER BY t.claimed_at DESC LIMIT 1);
-            -- From the pointer (a row compared with (k, NULL): the keys after k), then from
-            -- the first key (wrapped), up to the pointer's key again.
-            WITH RECURSIVE walk(flow_key, workflow, wrapped, n) AS (
-                SELECT v_pointer::varchar, NULL::varchar, false, 0
+            -- From the pointer (the key the queue's last claim took last; a row compared with
+            -- (k, NULL): the keys after k), then from the first key (wrapped), up to it again.
+            WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
+                SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
+                FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
+                              ORDER BY t.claimed_at DESC LIMIT 1)::varchar) AS t(flow_key)
                 UNION ALL
-                SELECT nxt.*, walk.n + 1 FROM walk CROSS JOIN LATERAL (
+                SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
                     (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
                      WHERE r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
                        AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
@@ -121,7 +110,7 @@ BEGIN
                        AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
                      ORDER BY r.flow_key, r.workflow LIMIT 1)
                     LIMIT 1) AS nxt
-                WHERE v_pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > v_pointer)
+                WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
             ),
             taken AS (
                 SELECT walk.* FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
@@ -213,36 +202,43 @@ BEGIN
             WHERE kept.queue_n <= o.room AND (w.room IS NULL OR kept.workflow_n <= w.room)
             ORDER BY kept.priority DESC, kept.round, kept.place, kept.due_at LIMIT p_limit
         ),
-        turned AS (  -- the queue's pointer: the key it took last, at its highest level
-            INSERT INTO durable_flow_turn AS turn (queue, flow_key, claimed_at)
-            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, ''), v_now
+        pointer AS (  -- the queue's pointer: the key it took last, at its highest level
+            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, '') AS flow_key
             FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
-            ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
+        ),
+        added AS (  -- a key's first turn in its queue
+            INSERT INTO durable_flow_turn (queue, flow_key, claimed_at) SELECT pointer.*, v_now FROM pointer
+            ON CONFLICT (queue, flow_key) DO NOTHING
+        ),
+        moved AS (  -- a turn another claim is moving now is left to it: no claimer waits for it
+            UPDATE durable_flow_turn AS t SET claimed_at = v_now WHERE t.ctid = ANY (ARRAY(
+                SELECT l.ctid FROM durable_flow_turn AS l JOIN pointer USING (queue, flow_key)
+                FOR UPDATE OF l SKIP LOCKED))
         )
-        SELECT array_agg(claimed.id),
+        SELECT array_agg(claimed.id), array_agg(claimed.queue), array_agg(claimed.workflow),
+               array_agg(claimed.flow_key),
                array_agg(CASE WHEN claimed.begins THEN claimed.free_rate[claimed.begin_n] END)
-        INTO v_ids, v_rate_slots FROM claimed;
+        INTO v_ids, v_queues, v_workflows, v_keys, v_rate_slots FROM claimed;
     END IF;
     IF cardinality(v_ids) > 0 THEN  -- 5. The claim.
     RETURN QUERY
     WITH rated AS (  -- the begins' rate slots: one begun in the window meanwhile refuses
         INSERT INTO durable_flow_rate_slot AS b (workflow, flow_key, slot, begun_at)
-        SELECT r.workflow, r.flow_key, c.slot, v_now
-        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
-        WHERE c.slot IS NOT NULL
+        SELECT c.workflow, c.flow_key, c.slot, v_now
+        FROM unnest(v_workflows, v_keys, v_rate_slots) AS c(workflow, flow_key, slot) WHERE c.slot IS NOT NULL
         ON CONFLICT (workflow, flow_key, slot) DO UPDATE SET begun_at = EXCLUDED.begun_at
         WHERE b.begun_at <= v_now - (SELECT l.per FROM unnest(p_flow_workflows, p_pers) AS l(workflow, per)
                                      WHERE l.workflow = b.workflow)
         RETURNING b.workflow, b.flow_key, b.slot
     ),
     run AS (
-        SELECT r.id, r.queue, r.workflow, r.flow_key
-        FROM unnest(v_ids, v_rate_slots) AS c(id, slot) JOIN durable_run AS r ON r.id = c.id
-        WHERE c.slot IS NULL OR EXISTS (SELECT 1 FROM rated AS t WHERE t.workflow = r.workflow
-                                        AND t.flow_key = r.flow_key AND t.slot = c.slot)
+        SELECT c.id, c.queue, c.workflow, c.flow_key
+        FROM unnest(v_ids, v_queues, v_workflows, v_keys, v_rate_slots) AS c(id, queue, workflow, flow_key, slot)
+        WHERE c.slot IS NULL OR EXISTS (SELECT 1 FROM rated AS t WHERE t.workflow = c.workflow
+                                        AND t.flow_key = c.flow_key AND t.slot = c.slot)
     ),
     scoped AS (  -- each run's limited scopes (1 its queue, 2 its workflow, 3 its flow key), its rank in each
-        SELECT run.*, s.kind, s.cap, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
+        SELECT run.*, s.kind, s.cap, s.scope, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
         FROM run CROSS JOIN LATERAL (
             SELECT 1, l.cap, run.queue FROM unnest(p_limited, p_caps) AS l(name, cap) WHERE l.name = run.queue
             UNION ALL
@@ -254,22 +250,29 @@ BEGIN
             WHERE l.name = run.workflow AND run.flow_key IS NOT NULL) AS s(kind, cap, scope)
         WHERE s.cap IS NOT NULL
     ),
-    given AS (  -- the scope's n-th free slot
-        SELECT sc.id, sc.kind, (SELECT s FROM generate_series(0, sc.cap - 1) AS s WHERE NOT CASE sc.kind
-                WHEN 1 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.queue = sc.queue
-                    AND h.queue_slot = s AND h.queue_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
-                WHEN 2 THEN EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow
-                    AND h.workflow_slot = s AND h.workflow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at))
-                ELSE EXISTS (SELECT 1 FROM durable_run AS h WHERE h.workflow = sc.workflow AND h.flow_key = sc.flow_key
-                    AND h.flow_slot = s AND h.flow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)) END
-            ORDER BY s OFFSET sc.n - 1 LIMIT 1) AS slot
-        FROM scoped AS sc
+    free AS (  -- per scope, its smallest free slots, one per run: the n-th is below held + n
+        SELECT g.kind, g.scope, ARRAY(
+                   SELECT s FROM generate_series(0, LEAST(g.cap, cardinality(h.held) + g.wanted) - 1) AS s
+                   WHERE s <> ALL (h.held) ORDER BY s LIMIT g.wanted) AS slots
+        FROM (SELECT kind, scope, min(queue) AS queue, min(workflow) AS workflow, min(flow_key) AS flow_key,
+                     min(cap) AS cap, count(*) AS wanted FROM scoped GROUP BY kind, scope) AS g
+        CROSS JOIN LATERAL (SELECT ARRAY(  -- the slots held, through the scope's slot index
+            SELECT h.queue_slot FROM durable_run AS h WHERE g.kind = 1 AND h.queue = g.queue
+               AND h.queue_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)
+            UNION ALL
+            SELECT h.workflow_slot FROM durable_run AS h WHERE g.kind = 2 AND h.workflow = g.workflow
+               AND h.workflow_slot IS NOT NULL AND durable_holds_worker_v1(h.status, h.lease_expires_at)
+            UNION ALL
+            SELECT h.flow_slot FROM durable_run AS h WHERE g.kind = 3 AND h.workflow = g.workflow
+               AND h.flow_key = g.flow_key AND h.flow_slot IS NOT NULL
+               AND durable_holds_worker_v1(h.status, h.lease_expires_at))) AS h(held)
     ),
     slots AS (
-        SELECT run.id, max(g.slot) FILTER (WHERE g.kind = 1) AS q, max(g.slot) FILTER (WHERE g.kind = 2) AS w,
-               max(g.slot) FILTER (WHERE g.kind = 3) AS k
-        FROM run LEFT JOIN given AS g USING (id) GROUP BY run.id
-        HAVING count(g.id) = count(g.slot)  -- a run with no free slot in a scope is not claimed
+        SELECT run.id, max(free.slots[sc.n]) FILTER (WHERE sc.kind = 1) AS q,
+               max(free.slots[sc.n]) FILTER (WHERE sc.kind = 2) AS w,
+               max(free.slots[sc.n]) FILTER (WHERE sc.kind = 3) AS k
+        FROM run LEFT JOIN scoped AS sc USING (id) LEFT JOIN free USING (kind, scope) GROUP BY run.id
+        HAVING count(sc.id) = count(free.slots[sc.n])  -- a run with no free slot in a scope is not claimed
     )
     UPDATE durable_run AS d SET
         status = CASE WHEN d.status = 'compensating' THEN 'compensating' ELSE 'running' END,

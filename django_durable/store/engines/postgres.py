@@ -22,6 +22,7 @@ tests/test_engines.py checks each spelling against the model's index.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -201,11 +202,12 @@ ORDER BY item.ord
 
 # --- claiming ------------------------------------------------------------------------
 
-# The claim's transaction at READ COMMITTED whatever the alias's level: the first
-# statement of the claim's transaction when the alias sets an isolation level
-# (OPTIONS["isolation_level"]), so that the claim's counts, made after its locks, see
-# the claims committed before them (durable_claim_v5; at any level the slot indexes
-# refuse a run past a limit, this makes the refusal rare). No table.
+# The claim's transaction at READ COMMITTED whatever its session's level: the first
+# statement of the claim's transaction when the session is at another level (the
+# alias's OPTIONS["isolation_level"] or the server's default: sets_claim_level), so
+# that the claim's counts, made after its locks, see the claims committed before them
+# (durable_claim_v5; at any level the slot indexes refuse a run past a limit, this
+# makes the refusal rare). No table.
 CLAIM_LEVEL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 # Claim up to %(limit)s due runs in one statement: a call of durable_claim_v5 (its
@@ -438,13 +440,24 @@ def workflow_params(workflows: Sequence[str] | None, prefixes: Sequence[str]) ->
 
 
 def sets_claim_level(connection) -> bool:
-    """Whether the claim runs CLAIM_LEVEL first: when ``connection``'s alias names an
-    isolation level, or its psycopg connection was given one other than READ
-    COMMITTED (the server's default is READ COMMITTED already)."""
-    if connection.settings_dict.get("OPTIONS", {}).get("isolation_level"):
+    """Whether the claim runs CLAIM_LEVEL first: when the level of ``connection``'s
+    transactions is not READ COMMITTED, by its alias (OPTIONS["isolation_level"]),
+    its psycopg connection, or else the server's default for the session (a role's or
+    database's setting, or OPTIONS["options"]), asked once per connection."""
+    connection.ensure_connection()
+    raw = connection.connection
+    level = getattr(raw, "isolation_level", None)
+    if level is not None and level.name != "READ_COMMITTED":
         return True
-    level = getattr(connection.connection, "isolation_level", None)
-    return getattr(level, "name", "READ_COMMITTED") != "READ_COMMITTED"
+    if raw not in _SERVER_LEVELS:  # outside a transaction: the session's default
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('transaction_isolation')")
+            _SERVER_LEVELS[raw] = cursor.fetchone()[0] != "read committed"
+    return _SERVER_LEVELS[raw]
+
+
+# Per psycopg connection: whether the server's default level is not READ COMMITTED.
+_SERVER_LEVELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def lease_params(at: datetime, lease: timedelta) -> dict:
