@@ -214,9 +214,12 @@ def test_one_keys_runs_at_several_levels_and_queues_never_overlap_past_its_limit
     assert max(peaks.values()) <= 2, peaks
     begins = sorted(s.began for s in FlowSpan.objects.filter(workflow="rated_per_tenant"))
     assert len(begins) == 12
-    # No window of 2 s holds more than 5 begins (the steps' own clock; a margin of
-    # 50 ms for the step's start after the claim) ...
-    most = max(len([b for b in begins[i:] if b < first + 2.0 - 0.05]) for i, first in
+    # No window of 2 s holds more than 5 begins (the steps' own clock). A step begins
+    # after its claim by its thread's dispatch, up to a few hundred ms on 2 loaded
+    # cores (1.92 s between a first and a sixth begin was seen with the database's
+    # begins 2 s apart): a margin of 0.5 s, which still catches a sixth begin in the
+    # same window (0 s apart when the rate is not kept) ...
+    most = max(len([b for b in begins[i:] if b < first + 2.0 - 0.5]) for i, first in
                enumerate(begins))  # fmt: skip
     assert most <= 5, begins
     # ... and none of the database's begins (the rate's own clock) either.
