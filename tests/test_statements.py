@@ -168,6 +168,11 @@ def test_an_apm_hook_on_the_cursor_class_sees_every_hot_statement(monkeypatch, s
     claim = lambda: claimed.extend(  # noqa: E731
         store.claim(worker_id="apm", queues=None, limit=10, lease=LEASE)
     )
+    # The first claim on a connection also asks the session's isolation level, once
+    # (store.engines.postgres.sets_claim_level); every claim after it is one statement.
+    assert (
+        hook.count(lambda: store.claim(worker_id="apm", queues=["none"], limit=1, lease=LEASE)) == 2
+    )
     assert hook.count(claim) == 1
     runs = {run.id: run for run in claimed}
     assert hook.count(lambda: run_claimed(runs[noop_id])) == 2  # a record per step
