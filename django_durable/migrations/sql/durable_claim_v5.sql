@@ -1,5 +1,5 @@
 -- durable_claim_v5: a worker's claim of up to p_limit due runs in one call, with every
--- limit (docs/flow-control.md). Created by migration 0007.
+-- limit (docs/flow-control.md). Created by 0.3.0's migration (0001_0_3_initial).
 --
 -- The limits are database rules: a claimed run of a limited scope (a queue's or a
 -- workflow's concurrency, a key's concurrency_per_key) takes a free slot below the
