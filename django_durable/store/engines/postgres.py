@@ -359,6 +359,60 @@ FROM done AS d JOIN completed AS c ON c.id = d.run_id
 RETURNING run_id, id
 """
 
+# --- streams (docs/streams.md) ---------------------------------------------------------
+
+# A write, committed alone: ``owner`` (the writer's claim holds the run); ``stream``
+# takes the next offset in the stream's row (durable_stream_one_per_name; its row lock
+# orders writers), unless closed, written by a newer claim or full; the same step under
+# a newer claim (retry, recovery, resume) takes two: a reset item first. No row: nothing
+# written. The NOTIFY of (run, stream) goes at commit; durable_stream_item_once.
+WRITE_STREAM = """
+WITH owner AS (
+    SELECT id FROM durable_run
+    WHERE id = %(run_id)s AND fence = %(fence)s AND status IN ('running', 'compensating')
+), stream AS (
+    INSERT INTO durable_stream AS s (
+        run_id, name, items, step_index, fence, reset, latest, closed_at, updated_at)
+    SELECT id, %(name)s, 1, %(step_index)s, %(fence)s, false,
+           CASE WHEN %(keep_latest)s THEN %(value)s::jsonb END, NULL, %(now)s
+    FROM owner
+    ON CONFLICT (run_id, name) DO UPDATE SET
+        items = s.items + 1
+            + (s.step_index = EXCLUDED.step_index AND s.fence < EXCLUDED.fence)::integer,
+        reset = s.step_index = EXCLUDED.step_index AND s.fence < EXCLUDED.fence,
+        step_index = EXCLUDED.step_index, fence = EXCLUDED.fence,
+        latest = CASE WHEN %(keep_latest)s THEN EXCLUDED.latest ELSE s.latest END,
+        updated_at = EXCLUDED.updated_at
+    WHERE s.closed_at IS NULL AND s.fence <= EXCLUDED.fence
+      AND s.items + 1 + (s.step_index = EXCLUDED.step_index
+                         AND s.fence < EXCLUDED.fence)::integer <= %(max_items)s
+    RETURNING s.items, s.reset
+), written AS (
+    INSERT INTO durable_stream_item (
+        run_id, stream, "offset", kind, value, step, attempt, written_at)
+    SELECT %(run_id)s, %(name)s, items - 2, 'reset', NULL, %(step)s, %(attempt)s,
+           %(now)s FROM stream WHERE reset
+    UNION ALL
+    SELECT %(run_id)s, %(name)s, items - 1, 'value', %(value)s::jsonb, %(step)s, %(attempt)s,
+           %(now)s FROM stream
+)
+SELECT items, reset, pg_notify(%(channel)s, %(payload)s) FROM stream
+"""
+# None: WRITE_STREAM raises the stream's row itself.
+UPSERT_STREAM = None
+# None: WRITE_STREAM inserts the items itself.
+INSERT_STREAM_ITEM = None
+# Close a stream (its row made if nobody wrote yet), with the NOTIFY to its readers.
+CLOSE_STREAM = """
+WITH closed AS (
+    INSERT INTO durable_stream AS s (run_id, name, items, reset, closed_at, updated_at)
+    VALUES (%(run_id)s, %(name)s, 0, false, %(now)s, %(now)s)
+    ON CONFLICT (run_id, name) DO UPDATE SET closed_at = COALESCE(s.closed_at, EXCLUDED.closed_at)
+    RETURNING s.items
+)
+SELECT items, pg_notify(%(channel)s, %(payload)s) FROM closed
+"""
+
 # --- maintenance -----------------------------------------------------------------------
 
 # The advisory lock of pruning, held until the batch's transaction ends: false when
