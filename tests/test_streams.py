@@ -160,8 +160,14 @@ def test_a_stream_nobody_wrote_yet_yields_nothing_until_its_first_write(define):
 
 @pytest.mark.parametrize(
     ("name", "error"),
-    [(None, TypeError), (b"x", TypeError), ("", ValueError), ("x" * 101, ValueError),
-     ("é" * 51, ValueError), ("a\x00", ValueError)],
+    [
+        (None, TypeError),
+        (b"x", TypeError),
+        ("", ValueError),
+        ("x" * 101, ValueError),
+        ("é" * 51, ValueError),
+        ("a\x00", ValueError),
+    ],
 )
 def test_bad_names_are_refused(define, name, error):
     caught = []
@@ -244,7 +250,9 @@ def test_progress_is_kept_on_the_run_and_written_to_its_progress_stream(define):
     drain()
     progress = Run.objects.get(id=run_id).progress
     assert {k: progress[k] for k in ("done", "total", "message")} == {
-        "done": 4, "total": 4, "message": "done"
+        "done": 4,
+        "total": 4,
+        "message": "done",
     }
     assert "T" in progress["at"]
     got = items(run_id, "progress")
@@ -327,7 +335,8 @@ def test_the_database_refuses_a_duplicate_offset(define):
 def test_the_database_refuses_a_bad_kind_and_a_second_stream_row(define):
     run_id = durable.start(writer(define), {"tokens": [1]})
     drain()
-    with pytest.raises(IntegrityError, match="durable_stream_item_kind_valid"), transaction.atomic():
+    kind = "durable_stream_item_kind_valid"
+    with pytest.raises(IntegrityError, match=kind), transaction.atomic():
         StreamEntry.objects.create(
             run_id=run_id, stream="default", offset=9, kind="html", step="x", attempt=1
         )

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 
 from django_durable import store
 from django_durable.models import Run
@@ -81,33 +82,58 @@ def _checked(run_id, name, after, timeout) -> tuple[uuid.UUID, str, int, float |
     return run_id, name, -1 if after is None else after, timeout
 
 
+def _fetch(run_id: uuid.UUID, name: str, after: int) -> tuple[list[StreamItem], bool, bool]:
+    """The items after ``after``, whether the stream ended with them (every item read),
+    and whether a full batch came back (read again before waiting)."""
+    rows = store.read_stream_items(run_id, name, after, READ_BATCH)
+    items = [StreamItem(*row) for row in rows]
+    if len(items) == READ_BATCH:
+        return items, False, True
+    last = items[-1].offset if items else after
+    position = store.stream_position(run_id, name)
+    ended = position is None or (position.ended and position.items <= last + 1)
+    return items, ended, False
+
+
 class _Cursor:
     """Where a reader is: the last offset it yielded, and the time it gives up."""
 
     def __init__(self, run_id: uuid.UUID, name: str, after: int, timeout: float | None):
         self.run_id, self.name, self.after, self.timeout = run_id, name, after, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.more = False
 
-    def read(self) -> tuple[list[StreamItem], bool]:
-        """The next items, and whether the stream ended with them (every item read)."""
-        rows = store.read_stream_items(self.run_id, self.name, self.after, READ_BATCH)
-        items = [StreamItem(*row) for row in rows]
+    def take(self, fetched: tuple[list[StreamItem], bool, bool]) -> tuple[list[StreamItem], bool]:
+        items, ended, self.more = fetched
         if items:
             self.after = items[-1].offset
             if self.timeout is not None:
                 self.deadline = time.monotonic() + self.timeout
-            if len(items) == READ_BATCH:
-                return items, False
-        position = store.stream_position(self.run_id, self.name)
-        if position is None:  # pruned while read
-            return items, True
-        return items, position.ended and position.items <= self.after + 1
+        return items, ended
+
+    def read(self) -> tuple[list[StreamItem], bool]:
+        return self.take(_fetch(self.run_id, self.name, self.after))
 
     def wait_for(self) -> float | None:
         """How long to wait now (0: give up)."""
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - time.monotonic())
+
+
+# The reads in flight on each event loop, by (run, stream, after): the readers of a
+# stream woken by one write ask the same question, and one read answers them all.
+_shared: dict[tuple, asyncio.Future] = {}
+
+
+async def _shared_fetch(run_id: uuid.UUID, name: str, after: int):
+    key = (asyncio.get_running_loop(), run_id, name, after)
+    future = _shared.get(key)
+    if future is None:
+        future = asyncio.ensure_future(_off_loop(lambda: _fetch(run_id, name, after)))
+        _shared[key] = future
+        future.add_done_callback(lambda _: _shared.pop(key, None))
+    return await asyncio.shield(future)
 
 
 def stream_ended(run_id: uuid.UUID, name: str, after: int) -> bool:
@@ -156,7 +182,7 @@ def _read(cursor: _Cursor) -> Iterator[StreamItem]:
             yield from items
             if ended:
                 return
-            if items:
+            if cursor.more:
                 continue
             remaining = cursor.wait_for()
             if remaining == 0:
@@ -177,10 +203,14 @@ def _release_connection() -> None:
 
 
 def _pooled(fn: Callable[[], T]) -> T:
-    """Run ``fn`` on a read thread, on that thread's kept connection."""
-    connection = store.db()
-    connection.close_if_unusable_or_obsolete()
-    return fn()
+    """Run ``fn`` on a read thread, on that thread's connection, kept from read to read
+    whatever ``CONN_MAX_AGE`` says (a new connection per read would cost more than the
+    read); a read that failed drops it, and the next one connects again."""
+    try:
+        return fn()
+    except DatabaseError:
+        store.db().close()
+        raise
 
 
 async def _off_loop(fn: Callable[[], T]) -> T:
@@ -206,12 +236,12 @@ async def aread_stream(
     try:
         while True:
             waiter.clear()
-            items, ended = await _off_loop(cursor.read)
+            items, ended = cursor.take(await _shared_fetch(run_id, name, cursor.after))
             for item in items:
                 yield item
             if ended:
                 return
-            if items:
+            if cursor.more:
                 continue
             remaining = cursor.wait_for()
             if remaining == 0:
