@@ -3,10 +3,13 @@ reading with ``after`` and ``timeout``, pruning; on PostgreSQL and SQLite."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, transaction
 
 import django_durable as durable
@@ -356,3 +359,34 @@ def test_timeout_must_be_a_number_and_after_an_offset(define):
         durable.read_stream(run_id, after="1")
     with pytest.raises(ValueError):
         durable.read_stream(run_id, after=-2)
+
+
+def test_the_command_line_prints_one_json_line_per_item(define):
+    run_id = durable.start(writer(define), {"tokens": ["a", {"b": 1}]})
+    drain()
+    out = StringIO()
+    call_command("durable", "stream", str(run_id), stdout=out)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(x["offset"], x["kind"], x["value"], x["step"]) for x in lines] == [
+        (0, "value", "a", "generate"),
+        (1, "value", {"b": 1}, "generate"),
+    ]
+    assert set(lines[0]) == {"offset", "kind", "value", "step", "attempt", "written_at"}
+    out = StringIO()
+    call_command("durable", "stream", str(run_id), "--after", "0", "--follow", stdout=out)
+    assert len(out.getvalue().splitlines()) == 1
+    missing = uuid.uuid4()
+    with pytest.raises(CommandError, match=f"no run {missing}") as refused:
+        call_command("durable", "stream", str(missing), stdout=StringIO())
+    assert refused.value.returncode == 1
+
+
+def test_a_wsgi_view_streams_events_and_ends_with_close(define, client):
+    run_id = durable.start(writer(define), {"tokens": ["a", "b"]})
+    drain()
+    response = client.get(f"/streams/{run_id}/default/", HTTP_LAST_EVENT_ID="0")
+    assert response["Content-Type"].startswith("text/event-stream")
+    body = b"".join(response.streaming_content).decode()
+    assert 'id: 1\nevent: value\ndata: "b"\n\n' in body
+    assert "id: 0\n" not in body
+    assert body.endswith("event: close\ndata: \n\n")

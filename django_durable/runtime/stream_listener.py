@@ -27,7 +27,7 @@ from django.db import connections
 from django_durable import conf, store
 from django_durable.runtime.notifier import CHECK_PREFIX, Notifier
 
-__all__ = ["RECHECK", "Waiter", "listener", "recheck_after"]
+__all__ = ["RECHECK", "Waiter", "listener", "recheck_after", "stop_listener"]
 
 # How long a reader waits without a NOTIFY before it looks again, while the listener
 # works: what a lost NOTIFY (a reconnect) or an ended stream without one costs at most.
@@ -137,6 +137,17 @@ def listener() -> StreamListener | None:
             _listener = StreamListener(alias)
             _listener.start()
         return _listener
+
+
+def stop_listener(timeout: float = 5.0) -> None:
+    """Stop the process's listener and close its connection (the next waiting reader
+    starts another): for tests, and a process that drops its database."""
+    global _listener
+    with _starting:
+        stopping, _listener = _listener, None
+    if stopping is not None:
+        stopping.stop.set()
+        stopping.join(timeout)
 
 
 def recheck_after(active: StreamListener | None) -> float:
