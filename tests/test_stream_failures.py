@@ -7,6 +7,7 @@ shows. (A PostgreSQL restart while readers wait: tests/test_stream_restart.py.)"
 from __future__ import annotations
 
 import threading
+import uuid
 
 import httpx
 import pytest
@@ -151,3 +152,36 @@ def test_nothing_a_rolled_back_transaction_wrote_is_ever_shown(define):
     assert [(i.offset, i.kind, i.value) for i in durable.read_stream(run_id, timeout=0)] == [
         (n, "value", n) for n in range(5)
     ]
+
+
+@pytest.mark.postgres
+def test_writes_inside_steps_transactions_leave_no_connection_open(workers):
+    """Each such write goes through a second connection of the worker's thread: it is
+    closed when the step ends, so many steps later the worker holds what it held."""
+    name = f"durable-streams-{uuid.uuid4().hex[:8]}"
+    worker = workers.start(
+        "--concurrency", "4", extra_env={"DURABLE_TEST_APPLICATION_NAME": name}, **SHORT_LEASE
+    )
+
+    def sessions() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name]
+            )
+            return cursor.fetchone()[0]
+
+    def all_done(run_ids) -> bool:
+        return Run.objects.filter(id__in=run_ids, status=Status.COMPLETED).count() == len(run_ids)
+
+    # Streams written outside any transaction of the step: the worker's usual sessions.
+    plain = [durable.start("streams_slowly", {"items": 3}) for _ in range(20)]
+    wait_until(lambda: all_done(plain), 60, "the plain runs")
+    before = sessions()
+    inside = [durable.start("writes_inside_its_transaction") for _ in range(40)]
+    wait_until(lambda: all_done(inside), 90, "the runs writing inside their transactions")
+    # A closed session leaves pg_stat_activity a moment after its close.
+    after = wait_until(
+        lambda: (n := sessions()) <= before and n, 10, f"at most {before} sessions", interval=0.2
+    )
+    worker.kill()
+    print(f"\nworker sessions: {before} before, {after} after 40 steps writing in transactions")
