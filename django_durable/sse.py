@@ -72,6 +72,17 @@ def _sync_events(run_id, name: str, after: int) -> Iterator[str]:
 
 
 async def _async_events(run_id, name: str, after: int) -> AsyncIterator[str]:
+    # Django's StreamingHttpResponse takes a TypeError out of an async body for "not an
+    # async iterator" and iterates it again as a sync one, which hides the real error:
+    # ours (a bad connection option, a bug) leaves as a RuntimeError naming it.
+    try:
+        async for text in _async_body(run_id, name, after):
+            yield text
+    except TypeError as exc:
+        raise RuntimeError(f"the stream's events failed: {exc!r}") from exc
+
+
+async def _async_body(run_id, name: str, after: int) -> AsyncIterator[str]:
     yield HEARTBEAT
     while True:
         try:

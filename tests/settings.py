@@ -98,10 +98,12 @@ for _setting, _variable in [
         DURABLE[_setting] = timedelta(seconds=float(os.environ[_variable]))
 if os.environ.get("DURABLE_APPLICATION_NAME"):  # a server the tests run (uvicorn)
     ALLOWED_HOSTS = ["127.0.0.1"]
-    # The tests count this process's sessions by this name.
-    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
-        "DURABLE_APPLICATION_NAME"
-    ]
+    # The tests count this process's sessions by this name (PostgreSQL: sqlite3.connect()
+    # refuses the keyword, with a TypeError).
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
+            "DURABLE_APPLICATION_NAME"
+        ]
 if os.environ.get("DURABLE_MAX_RECOVERIES"):
     DURABLE["MAX_RECOVERIES"] = int(os.environ["DURABLE_MAX_RECOVERIES"])
 

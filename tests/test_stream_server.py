@@ -25,9 +25,7 @@ from django_durable import step
 from django_durable.testing import drain
 from tests.worker_processes import ROOT, wait_until
 
-# PostgreSQL only for now: under uvicorn on SQLite the async body fails with a
-# TypeError not yet traced (the same aread_stream passes in-process on SQLite).
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 def free_port() -> int:
@@ -296,3 +294,18 @@ def test_many_idle_clients_hold_a_couple_of_connections(define, server):
     # The listener's connection, the read threads' (READ_THREADS), nothing per client.
     assert held <= 3
     drainer.join(30)
+
+
+def test_a_failing_read_is_reported_as_itself_not_as_a_sync_iterator(define, server):
+    """A TypeError inside the async body (here sqlite3.connect() refusing a connection
+    option; PostgreSQL refuses it with its own error) must reach the log as itself:
+    Django would take it for "not an async iterator" and iterate the body again."""
+    gates = [threading.Event()]
+    run_id = durable.start(gated_writer(define, gates, "sse_broken"))
+    web = server(DURABLE_TEST_DB_OPTIONS=json.dumps({"no_such_option": 1}))
+    with httpx.Client() as client, pytest.raises(httpx.RemoteProtocolError):
+        read_events(client, web.url(run_id), 1, timeout=20)
+    log = web.log.read_text()
+    assert "no_such_option" in log
+    assert "object is not iterable" not in log
+    assert "must consume synchronous iterators" not in log

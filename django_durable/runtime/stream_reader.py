@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,7 +28,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError
+from django.db import DatabaseError, InterfaceError, OperationalError
 
 from django_durable import store
 from django_durable.models import Run
@@ -52,6 +53,13 @@ READ_THREADS = 2
 _reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="durable-stream-read")
 
 T = TypeVar("T")
+
+logger = logging.getLogger("django_durable.streams")
+
+# What a read raises while the database is out of reach (a restart, a failover): a
+# waiting reader reads again after POLL_INTERVAL until its deadline, as a worker keeps
+# polling, and misses nothing (it reads after the offset it yielded last).
+OUTAGE = (OperationalError, InterfaceError)
 
 
 class StreamItem(NamedTuple):
@@ -120,6 +128,18 @@ class _Cursor:
             return None
         return max(0.0, self.deadline - time.monotonic())
 
+    def retry_after(self, exc: Exception) -> float:
+        """How long to wait before reading again after ``exc`` (an ``OUTAGE``); raises
+        it once the reader's deadline has passed."""
+        remaining = self.wait_for()
+        if remaining == 0:
+            raise exc
+        logger.info(
+            "reading stream %r of run %s failed (%s); reading again", self.name, self.run_id, exc
+        )
+        pause = recheck_after(None)
+        return pause if remaining is None else min(pause, remaining)
+
 
 # The reads in flight on each event loop, by (run, stream, after): the readers of a
 # stream woken by one write ask the same question, and one read answers them all.
@@ -178,7 +198,14 @@ def _read(cursor: _Cursor) -> Iterator[StreamItem]:
     try:
         while True:
             waiter.clear()
-            items, ended = cursor.read()
+            try:
+                items, ended = cursor.read()
+            except OUTAGE as exc:
+                if store.db().in_atomic_block:
+                    raise  # the caller's transaction is lost with its connection
+                store.db().close()
+                waiter.event.wait(cursor.retry_after(exc))
+                continue
             yield from items
             if ended:
                 return
@@ -236,7 +263,13 @@ async def aread_stream(
     try:
         while True:
             waiter.clear()
-            items, ended = cursor.take(await _shared_fetch(run_id, name, cursor.after))
+            try:
+                fetched = await _shared_fetch(run_id, name, cursor.after)
+            except OUTAGE as exc:  # _pooled dropped the read thread's connection
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.event.wait(), cursor.retry_after(exc))
+                continue
+            items, ended = cursor.take(fetched)
             for item in items:
                 yield item
             if ended:

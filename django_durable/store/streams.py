@@ -4,8 +4,9 @@ A write is durable when it returns, whatever transaction the step has open: it r
 on this thread's connection when that one is in autocommit (the worker's case), and
 otherwise on a second connection of the thread's own (``side_connection``), so a
 write made inside the step's ``transaction.atomic()`` is committed at once and is not
-undone with that transaction. The store writes what it is told; which stream, which
-value and whether the writer may write are decided in ``operations.streams``.
+undone with that transaction; that one is closed when the step ends. The store writes
+what it is told; which stream, which value and whether the writer may write are
+decided in ``operations.streams``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "latest_values",
     "notify_streams",
     "read_stream_items",
+    "release_side_connection",
     "run_streams",
     "stream_channel",
     "stream_payload",
@@ -72,6 +74,15 @@ def side_connection():
     if connection is None:
         connection = _local.connection = connections.create_connection(alias())
     return connection
+
+
+def release_side_connection() -> None:
+    """Close this thread's side connection, if it made one: the step that needed it is
+    over (runtime.calling calls this after each step and undo)."""
+    connection = getattr(_local, "connection", None)
+    if connection is not None:
+        _local.connection = None
+        connection.close()
 
 
 def _writing_connection(join: bool):
