@@ -11,6 +11,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable import step
@@ -333,6 +334,24 @@ def test_the_database_refuses_a_duplicate_offset(define):
         StreamEntry.objects.create(
             run_id=run_id, stream="default", offset=entry.offset, step="x", attempt=1
         )
+
+
+@pytest.mark.postgres
+def test_a_write_is_one_call_of_the_write_function_and_the_stream_row_leaves_room(define):
+    """A write is one statement (a function whose statements each session plans once),
+    and durable_stream keeps half of each page free so that its rewrites stay HOT."""
+    run_id = durable.start(writer(define), {"tokens": ["a", "b", "c"]})
+    with CaptureQueriesContext(connection) as captured:
+        drain()
+    # The statements of the step's writes (the run's finish NOTIFYs its readers too).
+    touching = [q["sql"] for q in captured if "durable_stream" in q["sql"]]
+    touching = [sql for sql in touching if not sql.startswith("SELECT pg_notify(")]
+    assert len(touching) == 3
+    assert all("durable_stream_write_v1(" in sql for sql in touching)
+    assert [i.value for i in items(run_id)] == ["a", "b", "c"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'durable_stream'")
+        assert cursor.fetchone()[0] == ["fillfactor=50"]
 
 
 def test_the_database_refuses_a_bad_kind_and_a_second_stream_row(define):

@@ -8,19 +8,42 @@ so on PostgreSQL the migration first sets ``lock_timeout``: behind a long transa
 it fails after 5 s instead of holding every start and claim in a queue behind it, and
 ``migrate`` can simply be run again. Frozen: it imports nothing from django_durable but
 ``OctetLength`` (the name's CHECK), by path.
+
+On PostgreSQL it creates ``durable_stream_write_v1`` (read from ``sql/`` by file name),
+the write a step makes for each item, and leaves half of each page of
+``durable_stream`` free (``fillfactor``): a stream's row is rewritten by every write,
+and an update that finds room on its page stays a HOT update (no index touched).
 """
 
 import django.db.models.deletion
 import django.db.models.lookups
 import django.utils.timezone
+from pathlib import Path
+
 from django.db import migrations, models
 
 import django_durable.db_functions
+
+SQL = Path(__file__).resolve().parent / "sql"
+FUNCTION = "durable_stream_write_v1"
 
 
 def set_lock_timeout(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute("SET LOCAL lock_timeout = '5s'")
+
+
+def create_write_function(apps, schema_editor):
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    schema_editor.execute("ALTER TABLE durable_stream SET (fillfactor = 50)")
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute((SQL / f"{FUNCTION}.sql").read_text(encoding="utf-8"))
+
+
+def drop_write_function(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"DROP FUNCTION IF EXISTS {FUNCTION}")
 
 
 class Migration(migrations.Migration):
@@ -115,4 +138,5 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.RunPython(create_write_function, drop_write_function, elidable=False),
     ]

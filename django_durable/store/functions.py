@@ -1,5 +1,6 @@
 """The store's PL/pgSQL functions (PostgreSQL): the hot statements a connection
-runs again and again (a start, a claim, its next-due look-up, a step's record),
+runs again and again (a start, a claim, its next-due look-up, a step's record, a
+stream's write),
 kept as functions so that each database session plans them once (a function's
 statements keep their plans for the session), and so that a start whose key is
 taken still takes one round trip.
@@ -44,6 +45,7 @@ CURRENT = {
     "durable_claim": "durable_claim_v4",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v1",
+    "durable_stream_write": "durable_stream_write_v1",
     # Called by durable_claim_v4, not by the code: listed so that a database that lacks
     # it is seen (``durable doctor``) and gets it (``install_missing_functions``).
     "durable_key_running": "durable_key_running_v1",

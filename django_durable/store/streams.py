@@ -139,8 +139,8 @@ def write_stream(write: StreamWrite) -> tuple[int, bool] | None:
     }
     statements = engine(connection)
     if statements.WRITE_STREAM is not None:
-        row = fetchone(statements.WRITE_STREAM, params, connection)
-        return None if row is None else (row[0], bool(row[1]))
+        items, reset = fetchone(statements.WRITE_STREAM, params, connection)
+        return None if items is None else (items, bool(reset))
     # SQLite: the upsert, then the items, in one transaction (its first statement
     # writes, so it holds the write lock from its start).
     with _transaction(connection):

@@ -361,42 +361,15 @@ RETURNING run_id, id
 
 # --- streams (docs/streams.md) ---------------------------------------------------------
 
-# A write, committed alone: ``owner`` (the writer's claim holds the run); ``stream``
-# takes the next offset in the stream's row (durable_stream_one_per_name; its row lock
-# orders writers), unless closed, written by a newer claim or full; the same step under
-# a newer claim (retry, recovery, resume) takes two: a reset item first. No row: nothing
-# written. The NOTIFY of (run, stream) goes at commit; durable_stream_item_once.
+# A write, committed alone: a call of durable_stream_write_v1 (its file says what it
+# does: the stream's row raised while the writer's claim holds the run, the item, a
+# reset item first for a new execution of the step, the NOTIFY at commit), planned
+# once per session. NULLs: nothing written.
 WRITE_STREAM = """
-WITH owner AS (
-    SELECT id FROM durable_run
-    WHERE id = %(run_id)s AND fence = %(fence)s AND status IN ('running', 'compensating')
-), stream AS (
-    INSERT INTO durable_stream AS s (
-        run_id, name, items, step_index, fence, reset, latest, closed_at, updated_at)
-    SELECT id, %(name)s, 1, %(step_index)s, %(fence)s, false,
-           CASE WHEN %(keep_latest)s THEN %(value)s::jsonb END, NULL, %(now)s
-    FROM owner
-    ON CONFLICT (run_id, name) DO UPDATE SET
-        items = s.items + 1
-            + (s.step_index = EXCLUDED.step_index AND s.fence < EXCLUDED.fence)::integer,
-        reset = s.step_index = EXCLUDED.step_index AND s.fence < EXCLUDED.fence,
-        step_index = EXCLUDED.step_index, fence = EXCLUDED.fence,
-        latest = CASE WHEN %(keep_latest)s THEN EXCLUDED.latest ELSE s.latest END,
-        updated_at = EXCLUDED.updated_at
-    WHERE s.closed_at IS NULL AND s.fence <= EXCLUDED.fence
-      AND s.items + 1 + (s.step_index = EXCLUDED.step_index
-                         AND s.fence < EXCLUDED.fence)::integer <= %(max_items)s
-    RETURNING s.items, s.reset
-), written AS (
-    INSERT INTO durable_stream_item (
-        run_id, stream, "offset", kind, value, step, attempt, written_at)
-    SELECT %(run_id)s, %(name)s, items - 2, 'reset', NULL, %(step)s, %(attempt)s,
-           %(now)s FROM stream WHERE reset
-    UNION ALL
-    SELECT %(run_id)s, %(name)s, items - 1, 'value', %(value)s::jsonb, %(step)s, %(attempt)s,
-           %(now)s FROM stream
+SELECT written_items, with_reset FROM durable_stream_write_v1(
+    %(run_id)s, %(name)s, %(value)s, %(keep_latest)s, %(step)s, %(step_index)s,
+    %(attempt)s, %(fence)s, %(max_items)s, %(now)s, %(channel)s, %(payload)s
 )
-SELECT items, reset, pg_notify(%(channel)s, %(payload)s) FROM stream
 """
 # None: WRITE_STREAM raises the stream's row itself.
 UPSERT_STREAM = None
