@@ -2,11 +2,16 @@
 
 - write p50: one ``writer.write`` of a step's writer, beside a raw INSERT + COMMIT of
   the same row through Django's cursor;
-- items/s for one stream, and for 100 streams written at once (a thread each);
+  (alternated one by one, so the machine's load falls on both alike);
+- items/s for one stream, and for 100 streams written at once by a bounded pool of
+  threads (within the server's free connections), beside raw INSERTs;
 - write->reader latency p50/p99 with N idle SSE clients (default 1,000) of one uvicorn
-  process, the PostgreSQL sessions that process holds and its RSS per client;
-- worker_c4 (bench/durable_suite.py's burst) alone, and with a stream of 10,000 small
-  items written beside it.
+  process, the clients in 4 processes of their own (bench/sse_clients.py), and the
+  PostgreSQL sessions that process holds and its RSS per client;
+- worker_c4 (bench/durable_suite.py's burst) alone, beside a process writing a stream
+  at 1,000 items/s, and beside one making as many raw INSERTs.
+
+``--only write,many,sse,worker`` measures some of them.
 
 It makes its own database (``BENCH_DB_NAME``, default bench_streams), prints one JSON
 line of figures, and records ``uptime`` before and after.
@@ -14,7 +19,6 @@ line of figures, and records ``uptime`` before and after.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -42,116 +46,227 @@ def prepare() -> None:
     migrate(suite_env(DATABASE))
 
 
-def measure(clients: int) -> dict:
+PARTS = ("write", "many", "sse", "worker")
+# Items/s of the process written beside worker_c4: a stream a step writes quickly (an
+# LLM's tokens come at tens per second per run; this is dozens of such runs at once).
+BESIDE_RATE = 1000
+
+
+def setup() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     os.environ["BENCH_DB_NAME"] = DATABASE
     import django
 
     django.setup()
-    import httpx
-    from django.db import connection
 
-    from bench.durable_suite import run_worker_burst
+
+def running_run():
+    """A run claimed as a worker claims it (running, fence 1): what a writer writes for."""
     from django_durable.models import Run
+
+    run = Run.objects.create(
+        workflow="bench_streams", status="running", fence=1, attempt=1, input={}
+    )
+    run.step_names = ["first", "second"]
+    return run
+
+
+def writer(name="default"):
     from django_durable.runtime.stream_writer import StreamWriter
 
-    def running_run() -> Run:
-        """A run claimed as a worker claims it (running, fence 1): what a writer writes for."""
-        run = Run.objects.create(
-            workflow="bench_streams", status="running", fence=1, attempt=1, input={}
-        )
-        run.step_names = ["first", "second"]
-        return run
+    return StreamWriter(running_run(), "first", 0, name)
 
-    def writer(name="default") -> StreamWriter:
-        return StreamWriter(running_run(), "first", 0, name)
 
-    def p(values, q):
-        values = sorted(values)
-        return values[min(len(values) - 1, int(len(values) * q))]
+# The raw INSERT + COMMIT of the same row a write inserts (autocommit: the statement's
+# own COMMIT), through Django's cursor.
+RAW_INSERT = (
+    'INSERT INTO durable_stream_item (run_id, stream, "offset", kind, value, step, attempt, '
+    "written_at) VALUES (%s, %s, %s, 'value', %s::jsonb, 'first', 1, now())"
+)
 
+
+def pct(values, q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def measure(clients: int, parts: tuple[str, ...] = PARTS) -> dict:
+    setup()
     out: dict = {}
-    # --- write p50 vs raw INSERT + COMMIT ---------------------------------------------
-    one = writer()
+    if "write" in parts:
+        out.update(write_vs_raw())
+    if "many" in parts:
+        out.update(many_streams())
+    if "sse" in parts:
+        out.update(sse_latency(clients, writer()))
+    if "worker" in parts:
+        out.update(worker_beside_writes())
+    return out
+
+
+def write_vs_raw(n: int = 3000) -> dict:
+    """``writer.write`` and the raw INSERT + COMMIT of the same row, alternated one by
+    one on the same connection, so that the machine's load falls on both alike."""
+    from django.db import connection
+
+    one, raw_run = writer(), running_run()
     for _ in range(200):
         one.write({"t": "warm"})
-    times = []
-    for i in range(3000):
-        started = time.perf_counter()
-        one.write({"t": f"tok {i}"})
-        times.append(time.perf_counter() - started)
-    out["write_p50_ms"] = round(p(times, 0.5) * 1000, 3)
-    out["write_p99_ms"] = round(p(times, 0.99) * 1000, 3)
-    raw_run = running_run()
-    raw = []
+    times, raw = [], []
     with connection.cursor() as cursor:
-        for i in range(3000):
+        for i in range(n):
+            value = {"t": f"tok {i}"}
             started = time.perf_counter()
-            cursor.execute(
-                'INSERT INTO durable_stream_item (run_id, stream, "offset", kind, value, '
-                "step, attempt, written_at) "
-                "VALUES (%s, 'raw', %s, 'value', %s::jsonb, 'first', 1, now())",
-                [raw_run.id, i, json.dumps({"t": f"tok {i}"})],
-            )  # autocommit: the COMMIT is the statement's own
+            one.write(value)
+            times.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            cursor.execute(RAW_INSERT, [raw_run.id, "raw", i, json.dumps(value)])
             raw.append(time.perf_counter() - started)
-    out["raw_insert_p50_ms"] = round(p(raw, 0.5) * 1000, 3)
-    out["items_per_s_one_stream"] = round(1 / statistics.mean(times))
-    out["raw_inserts_per_s"] = round(1 / statistics.mean(raw))
+    return {
+        "write_p50_ms": round(pct(times, 0.5) * 1000, 3),
+        "write_p99_ms": round(pct(times, 0.99) * 1000, 3),
+        "raw_insert_p50_ms": round(pct(raw, 0.5) * 1000, 3),
+        "raw_insert_p99_ms": round(pct(raw, 0.99) * 1000, 3),
+        "write_to_raw_p50_ratio": round(pct(times, 0.5) / pct(raw, 0.5), 2),
+        "items_per_s_one_stream": round(1 / statistics.mean(times)),
+        "raw_inserts_per_s": round(1 / statistics.mean(raw)),
+    }
 
-    # --- 100 streams at once ------------------------------------------------------------
-    writers = [writer() for _ in range(100)]
-    per = 100
-    barrier = threading.Barrier(101)
 
-    def write_many(w: StreamWriter) -> None:
-        try:
-            barrier.wait()
-            for i in range(per):
+def pool_size(wanted: int = 16, spare: int = 30) -> tuple[int, int, int]:
+    """How many writer threads (each one connection) to use: ``wanted``, fewer when the
+    server's free connections less ``spare`` (other clients of a shared server) are
+    fewer. Returns (threads, max_connections, connections open now)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('max_connections')::int"
+            " - current_setting('superuser_reserved_connections')::int,"
+            " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        )
+        limit, used = cursor.fetchone()
+    return max(1, min(wanted, limit - used - spare)), limit, used
+
+
+def many_streams(streams: int = 100, per: int = 100) -> dict:
+    """``streams`` streams written at once, ``per`` items each, by a bounded pool of
+    threads (a connection each; each stream is one thread's, written in order), beside
+    the same pool's raw INSERTs of as many rows."""
+    from django.db import connection
+
+    threads, limit, used = pool_size()
+    writers = [writer() for _ in range(streams)]
+    raw_runs = [running_run() for _ in range(streams)]
+
+    def timed(work) -> float:
+        barrier = threading.Barrier(threads + 1)
+
+        def run(k: int) -> None:
+            try:
+                barrier.wait()
+                work(k)
+            finally:
+                connection.close()
+
+        pool = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
+        for thread in pool:
+            thread.start()
+        barrier.wait()
+        started = time.perf_counter()
+        for thread in pool:
+            thread.join()
+        return streams * per / (time.perf_counter() - started)
+
+    def write(k: int) -> None:
+        mine = writers[k::threads]
+        for i in range(per):
+            for w in mine:
                 w.write(i)
-        finally:
-            connection.close()
 
-    threads = [threading.Thread(target=write_many, args=(w,)) for w in writers]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for t in threads:
-        t.join()
-    out["items_per_s_100_streams"] = round(100 * per / (time.perf_counter() - started))
+    def insert(k: int) -> None:
+        mine = raw_runs[k::threads]
+        with connection.cursor() as cursor:
+            for i in range(per):
+                for run in mine:
+                    cursor.execute(RAW_INSERT, [run.id, "raw", i, json.dumps(i)])
 
-    # --- write->reader latency with many SSE clients -------------------------------------
-    out.update(sse_latency(clients, writer(), httpx))
+    written, inserted = timed(write), timed(insert)
+    return {
+        "items_per_s_100_streams": round(written),
+        "raw_inserts_per_s_100_streams": round(inserted),
+        "writer_threads": threads,
+        "max_connections": limit,
+        "connections_open_before": used,
+    }
 
-    # --- worker_c4 with and without a stream written beside it ----------------------------
-    alone = [run_worker_burst("bench_two_steps", 2000, 4) for _ in range(2)]
-    beside_writer = writer("beside")
+
+def beside(kind: str, rate: int) -> None:
+    """``--beside KIND RATE``: write ``rate`` items a second (a stream's writes, or the
+    raw INSERTs of the same rows) on a schedule, until stdin closes; print how many
+    and for how long. A process of its own, so it takes what such writes take of the
+    machine and no more (it sleeps between writes)."""
+    from django.db import connection
+
+    setup()
+    target = writer("beside") if kind == "stream" else running_run()
     stop = threading.Event()
-    written = [0]
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    print("ready", flush=True)
+    started, count = time.monotonic(), 0
+    with connection.cursor() as cursor:
+        while not stop.is_set():
+            due = started + count / rate
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            if kind == "stream":
+                target.write(count)
+            else:
+                cursor.execute(RAW_INSERT, [target.id, "raw", count, json.dumps(count)])
+            count += 1
+    print(json.dumps({"items": count, "seconds": time.monotonic() - started}), flush=True)
 
-    def keep_writing() -> None:
-        try:
-            while not stop.is_set() and written[0] < 10_000:
-                beside_writer.write(written[0])
-                written[0] += 1
-        finally:
-            connection.close()
 
-    with_stream = []
-    for _ in range(2):
-        written[0] = 0
-        stop.clear()
-        thread = threading.Thread(target=keep_writing)
-        thread.start()
-        with_stream.append(run_worker_burst("bench_two_steps", 2000, 4))
-        stop.set()
-        thread.join()
-        beside_writer = writer("beside")
-    out["worker_c4"] = round(max(alone))
-    out["worker_c4_with_stream"] = round(max(with_stream))
-    out["worker_c4_ratio"] = round(max(with_stream) / max(alone), 3)
-    out["items_written_during_burst"] = written[0]
-    return out
+def worker_beside_writes(rounds: int = 3, runs: int = 2000) -> dict:
+    """worker_c4 (bench/durable_suite.py's burst of 2,000 two-step runs, 4 threads)
+    alone, beside a process writing ``BESIDE_RATE`` stream items a second, and beside one
+    making as many raw INSERT + COMMITs of the same rows: in turns, ``rounds`` times,
+    the best of each. On a machine of 2 cores the writing process takes CPU from the
+    worker and PostgreSQL whatever it writes: the stream/raw ratio says what a stream's
+    writes cost the claim beyond that (locks, indexes, the runs table)."""
+    from bench.durable_suite import run_worker_burst
+
+    figures: dict[str, list[float]] = {"alone": [], "stream": [], "raw": []}
+    rates: dict[str, list[float]] = {"stream": [], "raw": []}
+    for _ in range(rounds):
+        figures["alone"].append(run_worker_burst("bench_two_steps", runs, 4))
+        for kind in ("stream", "raw"):
+            proc = subprocess.Popen(
+                [sys.executable, __file__, "--beside", kind, str(BESIDE_RATE)],
+                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                assert proc.stdout.readline().strip() == "ready"
+                figures[kind].append(run_worker_burst("bench_two_steps", runs, 4))
+                out, _ = proc.communicate("", timeout=60)
+            finally:
+                proc.kill()
+            done = json.loads(out.strip().splitlines()[-1])
+            rates[kind].append(done["items"] / done["seconds"])
+    best = {kind: max(values) for kind, values in figures.items()}
+    return {
+        "worker_c4": round(best["alone"]),
+        "worker_c4_beside_stream": round(best["stream"]),
+        "worker_c4_beside_raw_inserts": round(best["raw"]),
+        "worker_c4_stream_ratio": round(best["stream"] / best["alone"], 3),
+        "worker_c4_raw_ratio": round(best["raw"] / best["alone"], 3),
+        "worker_c4_stream_vs_raw": round(best["stream"] / best["raw"], 3),
+        "beside_items_per_s": round(statistics.mean(rates["stream"])),
+        "beside_raw_per_s": round(statistics.mean(rates["raw"])),
+        "worker_c4_all": {k: [round(v) for v in vals] for k, vals in figures.items()},
+    }
 
 
 def _free_port() -> int:
@@ -160,7 +275,14 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def sse_latency(clients: int, w, httpx) -> dict:
+def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
+    """Write ``rounds`` items, 0.5 s apart, to a stream that ``clients`` SSE clients of
+    one uvicorn process wait on; the clients run in ``processes`` processes of their
+    own (bench/sse_clients.py). A sample is (when a client read the item's ``id:``
+    line) - (when the write returned, i.e. after its commit), on the system's
+    monotonic clock, for each client and item."""
+    import queue
+
     from django.db import connection
 
     port, app = _free_port(), f"bench-sse-{uuid.uuid4().hex[:8]}"
@@ -201,69 +323,99 @@ def sse_latency(clients: int, w, httpx) -> dict:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-    url = f"http://127.0.0.1:{port}/astreams/{w._run.id}/{w.name}/"
-    rounds = 20
-    sent: dict[int, float] = {}
-    latencies: list[float] = []
-    connected = [0]
+    path = f"/astreams/{w._run.id}/{w.name}/"
     before = rss()
+    lines: queue.Queue = queue.Queue()
+    shares = [clients // processes + (i < clients % processes) for i in range(processes)]
+    readers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "sse_clients.py"),
+                "127.0.0.1",
+                str(port),
+                path,
+                str(share),
+                str(rounds - 1),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for share in shares
+        if share
+    ]
 
-    async def reader(client) -> None:
-        async with client.stream("GET", url, timeout=300) as response:
-            first = True
-            async for line in response.aiter_lines():
-                if line.startswith(":") and first:
-                    first = False
-                    connected[0] += 1
-                elif line.startswith("id: "):
-                    offset = int(line[4:])
-                    latencies.append(time.monotonic() - sent[offset])
-                    if offset == rounds - 1:
-                        return
+    def pump(reader) -> None:
+        for line in reader.stdout:
+            lines.put(line)
 
-    async def main() -> tuple[int, int]:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        async with httpx.AsyncClient(limits=limits, timeout=300) as client:
-            tasks = [asyncio.create_task(reader(client)) for _ in range(clients)]
-            give_up = time.monotonic() + 300
-            while connected[0] < clients:
-                if time.monotonic() > give_up:
-                    raise RuntimeError(f"{connected[0]} of {clients} connected")
-                await asyncio.sleep(0.2)
-            await asyncio.sleep(2)  # every reader waits
-            held = await asyncio.to_thread(sessions)
-            idle_rss = rss()
-            for i in range(rounds):
-                sent[i] = time.monotonic()
-                await asyncio.to_thread(w.write, i)
-                await asyncio.sleep(0.5)
-            await asyncio.wait_for(asyncio.gather(*tasks), 120)
-            return held, idle_rss
+    for reader in readers:
+        threading.Thread(target=pump, args=(reader,), daemon=True).start()
+
+    def next_line(timeout: float) -> str:
+        try:
+            return lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError("the SSE clients did not answer in time") from None
 
     try:
-        held, idle_rss = asyncio.run(main())
+        for _ in readers:
+            assert next_line(300).strip() == "connected"
+        time.sleep(2)  # every reader waits
+        held = sessions()
+        idle_rss = rss()
+        committed: dict[int, float] = {}
+        called: dict[int, float] = {}
+        for i in range(rounds):
+            called[i] = time.monotonic()
+            w.write(i)
+            committed[i] = time.monotonic()
+            time.sleep(0.5)
+        seen: dict[int, list[float]] = {}
+        for _ in readers:
+            for offset, times in json.loads(next_line(120)).items():
+                seen.setdefault(int(offset), []).extend(times)
     finally:
+        for reader in readers:
+            reader.kill()
+            reader.wait(10)
         proc.kill()
         proc.wait(10)
+    latencies = sorted(t - committed[o] for o, times in seen.items() for t in times)
+    from_call = sorted(t - called[o] for o, times in seen.items() for t in times)
+
+    def pct(values: list[float], q: float) -> float:
+        return round(values[min(len(values) - 1, int(len(values) * q))] * 1000, 1)
+
     return {
         "sse_clients": clients,
+        "sse_client_processes": len(readers),
         "sse_sessions_held": held,
         "sse_rss_kib_per_client": round((idle_rss - before) / clients, 1),
-        "write_to_reader_p50_ms": round(statistics.median(latencies) * 1000, 1),
-        "write_to_reader_p99_ms": round(sorted(latencies)[int(len(latencies) * 0.99)] * 1000, 1),
+        "write_to_reader_p50_ms": pct(latencies, 0.5),
+        "write_to_reader_p99_ms": pct(latencies, 0.99),
+        "write_to_reader_max_ms": pct(latencies, 1.0),
+        "write_call_to_reader_p99_ms": pct(from_call, 0.99),
         "write_to_reader_samples": len(latencies),
+        "write_to_reader_expected": clients * rounds,
     }
 
 
 if __name__ == "__main__":
+    if "--beside" in sys.argv:
+        at = sys.argv.index("--beside")
+        beside(sys.argv[at + 1], int(sys.argv[at + 2]))
+        sys.exit(0)
     clients = int(sys.argv[sys.argv.index("--clients") + 1]) if "--clients" in sys.argv else 1000
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else PARTS
     if "--measure" in sys.argv:
-        print(json.dumps(measure(clients)))
+        print(json.dumps(measure(clients, tuple(only))))
         sys.exit(0)
     print("uptime before:", uptime(), flush=True)
     prepare()
     done = subprocess.run(
-        [sys.executable, __file__, "--measure", "--clients", str(clients)],
+        [sys.executable, __file__, "--measure", "--clients", str(clients)]
+        + ["--only", ",".join(only)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -32,7 +32,7 @@ RELEASED = {
     "durable_record_step_v1": "8d0c5d188e374deb5f118d0d39e09693acf4f6174cb7c5221645c960991aed68",
     "durable_start_v1": "7a4ff0ff116df096a8f14d787563ab5eb994da1c8f13b7dcc7bec7ba5af5e329",
     "durable_start_v2": "32d007b18433455d328428ed9eae4ef5bff1b699cce4b4f260122f2e1511da6d",
-    "durable_stream_write_v1": "468193f90abf996fc0a940d2ca72abe0833a09f9a201725d5d16d7975681b7b3",
+    "durable_stream_write_v1": "32ea50c19ff8f0033286fffb46ba54f55934d48423b25a72177ab3765a73dccc",
 }
 
 

@@ -16,6 +16,7 @@ from django.test.utils import CaptureQueriesContext
 import django_durable as durable
 from django_durable import step
 from django_durable.models import Run, Status, Stream, StreamEntry
+from django_durable.runtime.stream_writer import StreamWriter
 from django_durable.testing import drain
 
 pytestmark = pytest.mark.django_db
@@ -337,18 +338,28 @@ def test_the_database_refuses_a_duplicate_offset(define):
 
 
 @pytest.mark.postgres
-def test_a_write_is_one_call_of_the_write_function_and_the_stream_row_leaves_room(define):
+@pytest.mark.django_db(transaction=True)
+def test_a_write_is_one_call_of_the_write_function_then_its_notify_alone(define):
     """A write is one statement (a function whose statements each session plans once),
-    and durable_stream keeps half of each page free so that its rewrites stay HOT."""
-    run_id = durable.start(writer(define), {"tokens": ["a", "b", "c"]})
+    committed alone; its NOTIFY goes after it in a transaction of its own, so concurrent
+    writers do not commit one by one behind the database-wide lock a NOTIFY holds
+    until its transaction's WAL is flushed. durable_stream keeps half of each page
+    free so that its rewrites stay HOT."""
+    run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
+    out = StreamWriter(run, "first", 0, "text")
     with CaptureQueriesContext(connection) as captured:
-        drain()
-    # The statements of the step's writes (the run's finish NOTIFYs its readers too).
-    touching = [q["sql"] for q in captured if "durable_stream" in q["sql"]]
-    touching = [sql for sql in touching if not sql.startswith("SELECT pg_notify(")]
-    assert len(touching) == 3
-    assert all("durable_stream_write_v1(" in sql for sql in touching)
-    assert [i.value for i in items(run_id)] == ["a", "b", "c"]
+        for token in ["a", "b", "c"]:
+            out.write(token)
+    statements = [q["sql"] for q in captured]
+    assert len(statements) == 6
+    assert all("durable_stream_write_v1(" in sql for sql in statements[0::2])
+    assert not any("pg_notify" in sql for sql in statements[0::2])
+    assert all(
+        sql.startswith("SELECT set_config('synchronous_commit', 'off', true), pg_notify(")
+        and f"'{run.id}:text'" in sql
+        for sql in statements[1::2]
+    )
+    assert [i.value for i in items(run.id, "text")] == ["a", "b", "c"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'durable_stream'")
         assert cursor.fetchone()[0] == ["fillfactor=50"]

@@ -1,4 +1,5 @@
-"""Streams' statements: a write (one statement, committed alone), a close, the reads.
+"""Streams' statements: a write (one statement, committed alone, then its NOTIFY), a
+close, the reads.
 
 A write is durable when it returns, whatever transaction the step has open: it runs
 on this thread's connection when that one is in autocommit (the worker's case), and
@@ -134,13 +135,14 @@ def write_stream(write: StreamWrite) -> tuple[int, bool] | None:
         "fence": write.fence,
         "max_items": write.max_items,
         "now": _prep(connection, StreamEntry, "written_at", at),
-        "channel": stream_channel(),
-        "payload": stream_payload(write.run_id, write.name),
     }
     statements = engine(connection)
     if statements.WRITE_STREAM is not None:
         items, reset = fetchone(statements.WRITE_STREAM, params, connection)
-        return None if items is None else (items, bool(reset))
+        if items is None:
+            return None
+        _notify_written(connection, stream_payload(write.run_id, write.name))
+        return items, bool(reset)
     # SQLite: the upsert, then the items, in one transaction (its first statement
     # writes, so it holds the write lock from its start).
     with _transaction(connection):
@@ -152,6 +154,19 @@ def write_stream(write: StreamWrite) -> tuple[int, bool] | None:
             _insert_item(connection, params, items - 2, StreamEntry.Kind.RESET, None)
         _insert_item(connection, params, items - 1, StreamEntry.Kind.VALUE, params["value"])
     return items, reset
+
+
+def _notify_written(connection, payload: str) -> None:
+    """Wake the stream's readers once its write committed: in a transaction of its own
+    (``NOTIFY_ALONE``) when the write was committed alone; with the transaction the
+    write joined, at its commit, otherwise."""
+    statements = engine(connection)
+    alone = connection.get_autocommit()
+    fetchone(
+        statements.NOTIFY_ALONE if alone else statements.NOTIFY,
+        [stream_channel(), payload],
+        connection,
+    )
 
 
 @contextmanager

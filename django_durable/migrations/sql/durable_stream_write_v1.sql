@@ -8,13 +8,15 @@
 -- write; its count is the next offset), only while the run is running under the
 -- writer's claim (p_fence), the stream is open and not full, and no newer claim wrote
 -- to it; then inserts the item, preceded by a 'reset' item when the last write was the
--- same step under an earlier claim (a new execution of the step starts over); then
--- NOTIFYs the stream's readers at commit. Returns the stream's item count and whether
--- a reset went first, or NULLs when nothing was written (the caller asks why).
+-- same step under an earlier claim (a new execution of the step starts over). Returns
+-- the stream's item count and whether a reset went first, or NULLs when nothing was
+-- written (the caller asks why). No NOTIFY here: a transaction that NOTIFYs holds a
+-- lock of the whole database from its commit until its WAL is flushed, so concurrent
+-- writers would commit one by one; the caller NOTIFYs the readers once this committed.
 CREATE OR REPLACE FUNCTION durable_stream_write_v1(
     p_run uuid, p_name varchar, p_value jsonb, p_keep_latest boolean, p_step varchar,
     p_step_index integer, p_attempt integer, p_fence integer, p_max_items integer,
-    p_now timestamptz, p_channel text, p_payload text,
+    p_now timestamptz,
     OUT written_items integer, OUT with_reset boolean
 ) RETURNS record
 LANGUAGE plpgsql
@@ -48,6 +50,5 @@ BEGIN
     INSERT INTO durable_stream_item (
         run_id, stream, "offset", kind, value, step, attempt, written_at)
     VALUES (p_run, p_name, written_items - 1, 'value', p_value, p_step, p_attempt, p_now);
-    PERFORM pg_notify(p_channel, p_payload);
 END
 $write$;

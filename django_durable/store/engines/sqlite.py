@@ -169,6 +169,8 @@ RECORD_LAST_STEPS = None
 
 # --- streams (docs/streams.md) ---------------------------------------------------------
 
+# None: no NOTIFY (readers poll).
+NOTIFY_ALONE = None
 # None: no CTE may write on SQLite; the store runs UPSERT_STREAM, then
 # INSERT_STREAM_ITEM once or twice, in one transaction (SQLite serialises writers).
 WRITE_STREAM = None
