@@ -43,16 +43,29 @@ class Waiter:
             asyncio.Event() if loop is not None else threading.Event()
         )
 
-    def ring(self) -> None:
-        if self.loop is None:
-            self.event.set()
-        else:
-            # A closed loop (RuntimeError): its reader is gone.
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self.event.set)
-
     def clear(self) -> None:
         self.event.clear()
+
+
+def ring(waiters: list[Waiter]) -> None:
+    """Ring ``waiters``: a sync reader's event at once, the async readers of each event
+    loop together, in one callback on that loop (one wake-up of the loop for a
+    thousand readers of a stream, not one each)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+    for waiter in waiters:
+        if waiter.loop is None:
+            waiter.event.set()
+        else:
+            by_loop.setdefault(waiter.loop, []).append(waiter.event)
+    for loop, events in by_loop.items():
+        # A closed loop (RuntimeError): its readers are gone.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_set_all, events)
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
 
 
 class StreamListener(Notifier):
@@ -109,16 +122,14 @@ class StreamListener(Notifier):
                     rung = list(streams.get(name, ()))
                 else:  # the run finished: each of its streams ended
                     rung = [waiter for waiters in streams.values() for waiter in waiters]
-            for waiter in rung:
-                waiter.ring()
+            ring(rung)
         return False  # nothing for Notifier.on_wake: the waiters were rung here
 
     def ring_all(self) -> None:
         """(Re)connected: a NOTIFY may have been missed meanwhile; every reader looks."""
         with self._lock:
             rung = [w for streams in self._waiters.values() for ws in streams.values() for w in ws]
-        for waiter in rung:
-            waiter.ring()
+        ring(rung)
 
 
 _listener: StreamListener | None = None
