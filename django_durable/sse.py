@@ -8,7 +8,8 @@ event, so proxies keep the connection; ``event: close`` ends it once the stream 
 ended (closed, its run finished, or no such run) and every item was sent.
 
 It checks no permission: the view that returns it decides who may read. Values are
-sent as JSON text, never as HTML. Under ASGI the body is an async iterator
+sent as JSON text, never as HTML, with ``<``, ``>`` and ``&`` escaped (``\u003c``...),
+so a page that swaps the data into its HTML shows the JSON text as is. Under ASGI the body is an async iterator
 (``aread_stream``: no thread, no connection per client while it waits); under WSGI a
 sync one (``read_stream``: the server's thread for the request).
 """
@@ -34,16 +35,26 @@ from django_durable.runtime.stream_reader import (
     stream_ended,
 )
 
-__all__ = ["event_text", "stream_response"]
+__all__ = ["event_data", "event_text", "stream_response"]
 
 CLOSE = "event: close\ndata: \n\n"
 HEARTBEAT = ": keep-alive\n\n"
 
 
+# ``<``, ``>`` and ``&`` as JSON escapes: the same value when parsed, and no markup
+# for a page that swaps the data in as HTML (htmx's ``sse-swap``) to find.
+_MARKUP = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
+def event_data(value) -> str:
+    """An item's value as one line of JSON without ``<``, ``>`` or ``&`` (``json.dumps``
+    escapes line breaks inside strings; outside strings JSON has none of the three)."""
+    return json.dumps(value).translate(_MARKUP)
+
+
 def event_text(item: StreamItem) -> str:
-    """One item as an event: its JSON on one ``data:`` line (``json.dumps`` escapes
-    line breaks inside strings)."""
-    return f"id: {item.offset}\nevent: {item.kind}\ndata: {json.dumps(item.value)}\n\n"
+    """One item as an event: ``event_data`` on one ``data:`` line."""
+    return f"id: {item.offset}\nevent: {item.kind}\ndata: {event_data(item.value)}\n\n"
 
 
 def _resume_after(request: HttpRequest) -> int:

@@ -213,6 +213,9 @@ def test_events_arrive_as_written_and_a_reconnect_resumes_after_last_event_id(de
         # JSON text, never HTML: the value is one line of JSON, its markup a string.
         assert "\n" not in got[0]["data"]
         assert json.loads(got[0]["data"]) == {"token": 0, "html": "<b>not html</b>"}
+        # ... and with no markup for a page that swaps it in as HTML to find.
+        assert not set("<>&") & set(got[0]["data"])
+        assert "\\u003cb\\u003e" in got[0]["data"]
         for gate in gates[3:]:
             gate.set()
         again, _ = read_events(client, web.url(run_id, view=view), 3, {"Last-Event-ID": "2"})

@@ -411,6 +411,20 @@ def test_the_command_line_prints_one_json_line_per_item(define):
     assert refused.value.returncode == 1
 
 
+def test_the_sse_data_holds_no_markup_and_parses_to_the_same_value(define, client):
+    """``<``, ``>`` and ``&`` go out as JSON escapes: htmx's ``sse-swap`` puts the data
+    into the page as HTML, and it must find no tag there, only the JSON text."""
+    value = {"text": "<img src=x onerror=alert(1)>", "also": "a & b </script>"}
+    run_id = durable.start(writer(define, "streams_markup"), {"tokens": [value, "<b>"]})
+    drain()
+    response = client.get(f"/streams/{run_id}/default/")
+    raw = b"".join(response.streaming_content)
+    assert b"<" not in raw and b">" not in raw and b"&" not in raw
+    data = [line[6:] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert [json.loads(d) for d in data if d] == [value, "<b>"]
+    assert '"\\u003cimg src=x onerror=alert(1)\\u003e"' in data[0]
+
+
 def test_a_wsgi_view_streams_events_and_ends_with_close(define, client):
     run_id = durable.start(writer(define), {"tokens": ["a", "b"]})
     drain()
