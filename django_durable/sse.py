@@ -8,9 +8,10 @@ event, so proxies keep the connection; ``event: close`` ends it once the stream 
 ended (closed, its run finished, or no such run) and every item was sent.
 
 It checks no permission: the view that returns it decides who may read. Values are
-sent as JSON text, never as HTML, with ``<``, ``>`` and ``&`` escaped (``\u003c``...),
-so a page that swaps the data into its HTML shows the JSON text as is. Under ASGI the body is an async iterator
-(``aread_stream``: no thread, no connection per client while it waits); under WSGI a
+sent as JSON text, never as HTML, with ``<``, ``>`` and ``&`` as JSON escapes, so a
+page that swaps the data into its HTML shows the JSON text as is. Under ASGI the
+body is an async iterator (``aread_stream``: no thread, no connection per client
+while it waits); under WSGI a
 sync one (``read_stream``: the server's thread for the request).
 """
 
