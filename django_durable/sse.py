@@ -11,8 +11,8 @@ It checks no permission: the view that returns it decides who may read. Values a
 sent as JSON text, never as HTML, with ``<``, ``>`` and ``&`` as JSON escapes, so a
 page that swaps the data into its HTML shows the JSON text as is. Under ASGI the
 body is an async iterator (``aread_stream``: no thread, no connection per client
-while it waits); under WSGI a
-sync one (``read_stream``: the server's thread for the request).
+while it waits); under WSGI a sync one (``read_stream``: the server's thread for the
+request).
 """
 
 from __future__ import annotations
