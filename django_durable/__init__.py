@@ -27,6 +27,7 @@ from django_durable.exceptions import (
     ParallelFailed,
     RunTimedOut,
     StepTimeout,
+    StreamClosed,
     UnknownWorkflow,
     WaitTimeout,
 )
@@ -71,6 +72,8 @@ __all__ = [
     "RunTimedOut",
     "StartResult",
     "StepTimeout",
+    "StreamClosed",
+    "StreamItem",
     "UnknownWorkflow",
     "WaitTimeout",
     "Workflow",
@@ -81,6 +84,7 @@ __all__ = [
     "aget_run",
     "alist_pending_inputs",
     "aprovide_input",
+    "aread_stream",
     "arelease_key",
     "arerun",
     "aretry",
@@ -105,6 +109,7 @@ __all__ = [
     "provide_input",
     "prune",
     "queue_stats",
+    "read_stream",
     "release_key",
     "rerun",
     "resume_queue",
@@ -116,6 +121,7 @@ __all__ = [
     "start_detailed",
     "start_many",
     "step",
+    "stream_response",
     "trigger_schedule",
 ]
 
@@ -178,6 +184,8 @@ if TYPE_CHECKING:
     from django_durable.operations.start import StartResult, start, start_detailed
     from django_durable.operations.waits import alist_pending_inputs, list_pending_inputs
     from django_durable.runtime.context import Context
+    from django_durable.runtime.stream_reader import StreamItem, aread_stream, read_stream
+    from django_durable.sse import stream_response
 
 _LAZY = {
     **dict.fromkeys(
@@ -229,6 +237,10 @@ _LAZY = {
         ["alist_pending_inputs", "list_pending_inputs"], "django_durable.operations.waits"
     ),
     "Context": "django_durable.runtime.context",
+    **dict.fromkeys(
+        ["StreamItem", "aread_stream", "read_stream"], "django_durable.runtime.stream_reader"
+    ),
+    "stream_response": "django_durable.sse",
 }
 
 

@@ -64,6 +64,13 @@ DEFAULTS: dict[str, Any] = {
     # The most inputs a run keeps of the starts debounce or run_again folded into it
     # (``ctx.inputs``): the newest, the run's own first input counted among them.
     "MAX_FOLDED_INPUTS": 1000,
+    # Streams (docs/streams.md): the largest item a step may write, in bytes of JSON
+    # text, and the most items one stream of a run holds (a reset item counts).
+    "MAX_STREAM_ITEM_BYTES": 65536,
+    "MAX_STREAM_ITEMS": 100_000,
+    # How long ``stream_response`` stays silent at most: past it, it sends a comment
+    # line so proxies keep an idle Server-Sent Events connection open.
+    "STREAM_HEARTBEAT": timedelta(seconds=15),
 }
 
 

@@ -158,6 +158,10 @@ class RunTimedOut(Cancelled):
     ends as failed and nothing it returns is recorded."""
 
 
+class StreamClosed(DurableError):
+    """A write to a stream that was closed (``writer.close()``), or whose run finished."""
+
+
 class DefinitionChanged(DurableError):
     """The run's next step is not the step it was started with (the workflow's code
     changed under it: a step removed, renamed or moved). The run fails instead of

@@ -15,6 +15,7 @@ from django.utils.timezone import now
 from django_durable.db_functions import OctetLength
 from django_durable.flow_models import FlowRateSlot, FlowTurn  # noqa: F401
 from django_durable.managers import DurableManager
+from django_durable.stream_models import PROGRESS_STREAM, Stream, StreamEntry  # noqa: F401
 
 
 class Status(models.TextChoices):
@@ -355,6 +356,19 @@ class Run(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    @property
+    def progress(self) -> dict | None:
+        """The latest ``ctx.progress()`` (``{"done", "total", "message", "at"}``), None
+        before the first: kept on the run's ``progress`` stream (stream_models.py), read
+        once per instance (a list sets ``_progress`` for its page in one query)."""
+        if "_progress" not in self.__dict__:
+            self._progress = (
+                Stream.objects.filter(run_id=self.id, name=PROGRESS_STREAM)
+                .values_list("latest", flat=True)
+                .first()
+            )
+        return self._progress
 
 
 class HeldKey(Run):

@@ -20,7 +20,7 @@ from datetime import timedelta
 from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from django_durable import store
-from django_durable.models import Activity, Run
+from django_durable.models import PROGRESS_STREAM, Activity, Run
 
 READD_WINDOW = timedelta(days=1)
 # Re-adds whose input differed and was not used (the start got the existing run).
@@ -175,3 +175,16 @@ def reruns(run_id) -> QuerySet[Run]:
 def _workflows_with_keys() -> list[str]:
     keyed = Run.objects.filter(key__isnull=False).order_by()
     return sorted(keyed.values_list("workflow", flat=True).distinct())
+
+
+# Streams (docs/streams.md): what a run's page and the runs list show of them.
+
+
+def run_streams(run_id) -> list[tuple]:
+    """The run's streams: (name, items, closed_at, latest), by name (one query)."""
+    return store.run_streams(run_id)
+
+
+def latest_progress(run_ids: list) -> dict:
+    """``Run.progress`` of each of ``run_ids`` that reported any (one query)."""
+    return store.latest_values(run_ids, PROGRESS_STREAM)

@@ -1,5 +1,7 @@
+import pytest
 from django.db import connection
 
+from django_durable.runtime.stream_listener import stop_listener
 from tests.helpers import define  # noqa: F401  (a fixture for every test module)
 from tests.worker_processes import workers  # noqa: F401  (a fixture: real worker processes)
 
@@ -15,3 +17,11 @@ def pytest_collection_modifyitems(config, items):
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+@pytest.fixture(autouse=True)
+def _stream_listener_stopped():
+    """A test that read a stream started this process's LISTEN connection: it ends with
+    the test (the test database cannot be dropped while it is open)."""
+    yield
+    stop_listener()

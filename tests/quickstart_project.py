@@ -5,6 +5,9 @@ nothing: ``<!-- quickstart: write PATH -->`` (the file's whole text),
 ``<!-- quickstart: append PATH [sqlite|postgres] -->`` (added at the end, on one
 database only when named) and ``<!-- quickstart: run -->`` (shell commands, in order).
 The tests build a project from exactly these blocks, so the page cannot drift.
+Another page that builds a project (docs/streams.md) marks its blocks
+``<!-- project: ... -->`` the same way, and its short snippets that belong to no file
+``<!-- project: show -->``.
 """
 
 import importlib.metadata
@@ -19,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "quickstart.md"
 BLOCK = re.compile(
-    r"(?:<!-- quickstart: (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```", re.S
+    r"(?:<!-- (?:quickstart|project): (?P<marker>[^>]*?) -->\n)?```(?P<lang>\w*)\n(?P<body>.*?)```",
+    re.S,
 )
 
 
@@ -37,8 +41,8 @@ def blocks(page: Path = PAGE) -> list[Block]:
         marker = match["marker"]
         assert marker, f"a code block of {page.name} without a quickstart marker:\n{match[0]}"
         action, *rest = marker.split()
-        assert action in ("write", "append", "run"), marker
-        path = rest[0] if action != "run" else None
+        assert action in ("write", "append", "run", "show"), marker
+        path = rest[0] if action in ("write", "append") else None
         database = rest[1] if len(rest) > 1 else None
         assert database in (None, "sqlite", "postgres"), marker
         body = match["body"]
@@ -61,12 +65,14 @@ def commands(page: Path = PAGE) -> list[list[str]]:
     return [words for block in blocks(page) if block.action == "run" for words in split(block)]
 
 
-def write_files(project: Path, database: str, replace: dict[str, str] | None = None) -> None:
+def write_files(
+    project: Path, database: str, replace: dict[str, str] | None = None, page: Path = PAGE
+) -> None:
     """The page's ``write`` and ``append`` blocks for ``database``, in page order, after
     ``startproject`` and ``startapp`` made the directory. ``replace`` swaps literal
     text (a database name a test must not share)."""
-    for block in blocks():
-        if block.action != "run":
+    for block in blocks(page):
+        if block.action not in ("run", "show"):
             write_block(project, block, database, replace)
 
 
@@ -88,9 +94,9 @@ def write_block(
         target.write_text(target.read_text() + "\n\n" + text)
 
 
-def start_project(python: str, project: Path, env: dict) -> None:
+def start_project(python: str, project: Path, env: dict, page: Path = PAGE) -> None:
     """The page's ``django-admin startproject`` and ``manage.py startapp`` lines."""
-    for words in commands():
+    for words in commands(page):
         start_command(python, project, env, words)
 
 

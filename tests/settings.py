@@ -105,9 +105,18 @@ for _setting, _variable in [
     ("HEARTBEAT_INTERVAL", "DURABLE_HEARTBEAT_SECONDS"),
     ("POLL_INTERVAL", "DURABLE_POLL_SECONDS"),
     ("SHUTDOWN_GRACE", "DURABLE_GRACE_SECONDS"),
+    ("STREAM_HEARTBEAT", "DURABLE_STREAM_HEARTBEAT_SECONDS"),
 ]:
     if os.environ.get(_variable):
         DURABLE[_setting] = timedelta(seconds=float(os.environ[_variable]))
+if os.environ.get("DURABLE_APPLICATION_NAME"):  # a server the tests run (uvicorn)
+    ALLOWED_HOSTS = ["127.0.0.1"]
+    # The tests count this process's sessions by this name (PostgreSQL: sqlite3.connect()
+    # refuses the keyword, with a TypeError).
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ[
+            "DURABLE_APPLICATION_NAME"
+        ]
 if os.environ.get("DURABLE_MAX_RECOVERIES"):
     DURABLE["MAX_RECOVERIES"] = int(os.environ["DURABLE_MAX_RECOVERIES"])
 

@@ -40,6 +40,8 @@ UNITS = {
     | {"models"}
     | BASE,
     "templatetags": set(),
+    # stream_response: Server-Sent Events from the stream readers.
+    "sse": {"runtime", "operations", "models"} | BASE,
     # The worker: runs steps (Context and the waits live here), decides nothing alone.
     "runtime": {"operations", "workflows", "store", "telemetry", "checks", "models"} | BASE,
     # What the public API does, and the policy: key rules, waits, wakes, compensation.
@@ -57,7 +59,8 @@ UNITS = {
     # Every statement and row lock; knows no policy, no run state, no worker.
     "store": {"models", "db_functions"} | BASE,
     "routers": {"conf"},
-    "models": {"conf", "db_functions", "managers", "flow_models"},
+    "models": {"conf", "db_functions", "managers", "flow_models", "stream_models"},
+    "stream_models": {"db_functions", "managers"},  # streams' tables
     "flow_models": {"managers"},  # flow control's table and Run's indexes for it
     "managers": {"conf"},  # the manager of every table (models and flow_models)
     "db_functions": set(),

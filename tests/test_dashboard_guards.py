@@ -32,6 +32,7 @@ EXAMPLES = {
     "runs": ([], None, "view"),
     "run": (["RUN"], None, "view"),
     "value": (["RUN", "input"], None, "view"),
+    "stream": (["RUN", "default"], None, "view"),
     "workflow": (["sync_account"], None, "view"),
     "inputs": ([], None, "view"),
     "schedules": ([], None, "view"),

@@ -58,6 +58,23 @@ def test_traffic_shows_every_key_feature_and_a_worker_runs_it(tmp_path):
     ).stdout
     statuses = json.loads(counts.strip().splitlines()[-1])
     assert statuses.get("completed", 0) >= 10 and "running" not in statuses, counts
+    # The summaries streamed their words and progress (the dashboard shows them).
+    streamed = manage(
+        tmp_path,
+        "shell",
+        "-c",
+        (
+            "import json, django_durable as durable; from django_durable.models import Run\n"
+            "runs = Run.objects.filter(workflow='summarize_document')\n"
+            "print(json.dumps([[r.status, r.progress,\n"
+            "    [i.value for i in durable.read_stream(r.id, 'text', timeout=0)]] for r in runs]))"
+        ),
+    ).stdout
+    summaries = json.loads(streamed.strip().splitlines()[-1])
+    assert len(summaries) == 2, streamed
+    for status, progress, words in summaries:
+        assert status == "completed" and len(words) > 10 and words[0] == "Durable ", streamed
+        assert progress["done"] == progress["total"] == len(words), progress
 
 
 def free_port() -> int:

@@ -13,6 +13,7 @@ from django_durable.dashboard import (
     queues,
     rerun,
     schedules,
+    streams,
     values,
     views,
     workers,
@@ -40,6 +41,7 @@ def patterns(run_admin) -> list:
         path("runs/bulk/", act(bulk_view), name="bulk"),
         path("runs/<uuid:run_id>/", see(views.run), name="run"),
         path("runs/<uuid:run_id>/value/<str:field>/", see(values.download), name="value"),
+        path("runs/<uuid:run_id>/stream/<str:name>/", see(streams.stream), name="stream"),
         path(
             "runs/<uuid:run_id>/rerun-from-step/",
             act(rerun.rerun_from_step),

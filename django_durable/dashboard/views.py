@@ -26,6 +26,7 @@ from django_durable.dashboard import (
     natural,
     rerun,
     search,
+    streams,
     timeline,
     values,
     workers,
@@ -179,6 +180,7 @@ def runs(request, run_admin):
     sort = request.GET.get("o") if request.GET.get("o") in SORTS else "-created"
     page = page_of(selected, request)
     page.items = _decorate(page.items)
+    streams.add_progress(page.items)
     if page.clamped:
         notes.append(f"Pages go up to {page.number}; this is the last one shown.")
     context = {
@@ -241,6 +243,7 @@ def run(request, run_admin, run_id):
         "elapsed": timeline.human_duration(
             (found.finished_at or at) - (found.started_at or found.created_at)
         ),
+        **streams.run_streams(found),  # progress and streams (dashboard/streams.py)
     }
     for attempt in attempts:
         attempt.duration = timeline.human_duration((attempt.finished_at or at) - attempt.started_at)

@@ -49,6 +49,9 @@ def run_finished(run: Run, *, promote: bool = True) -> None:
     waiting behind the key now waits behind the replacement.
     """
     announce_finished(run)
+    if getattr(run, "wrote_streams", False):
+        # Its streams ended: their readers stop now, not at their next look.
+        store.notify_streams(str(run.id))
     if promote and run.key is not None:
         promote_waiting(run.workflow, run.key)
     if run.parent_id is not None:

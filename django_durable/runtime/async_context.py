@@ -40,6 +40,12 @@ class AsyncContextMethods:
         run was cancelled."""
         await sync_to_async(self.heartbeat)()
 
+    async def aprogress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """``progress()`` for async steps."""
+        await sync_to_async(self.progress)(done, total, message)
+
     async def acall_workflow(
         self, workflow: Any, input: dict | None = None, *, key: str | None = None
     ) -> Any:

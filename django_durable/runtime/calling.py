@@ -36,7 +36,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from django_durable import telemetry
+from django_durable import store, telemetry
 from django_durable.exceptions import Cancelled
 from django_durable.models import Run
 from django_durable.runtime import steplogs
@@ -69,6 +69,8 @@ def call(run: Run, fn: Callable[..., Any], *args: Any, timeout: float | None = N
             return result
         finally:
             run.attempt_logs = captured.close()
+            # A stream write inside the step's own transaction opened a second connection.
+            store.release_side_connection()
 
 
 async def _supervise(run: Run, awaitable: Awaitable[Any], timeout: float | None) -> Any:

@@ -94,7 +94,7 @@ def compensate(workflow: type[Workflow], run: Run) -> int:
         index = pending[0]
         step = workflow.steps[index]
         started_at = store.now()
-        ctx = Context(run, waits=[], starts_runs=False)
+        ctx = Context(run, waits=[], starts_runs=False, step=step.name, step_index=index)
         executed += 1
         try:
             output = _call(run, instance, step.compensate, ctx)

@@ -19,14 +19,20 @@ from typing import Any
 
 from django_durable import conf, store
 from django_durable.exceptions import Cancelled, RunTimedOut
-from django_durable.operations import children
+from django_durable.operations import children, streams
 from django_durable.operations.state import Suspend
 from django_durable.runtime.async_context import AsyncContextMethods, refuse_in_event_loop
+from django_durable.runtime.stream_writer import StreamWriter
 from django_durable.runtime.waits import WaitMethods
 from django_durable.workflows.definition import OnDuplicate, Workflow
 from django_durable.workflows.values import check_json
 
 __all__ = ["Context", "Suspend"]
+
+
+def _step_name(run, index: int) -> str:
+    names = run.step_names or []
+    return names[index] if index < len(names) else str(index)
 
 
 def _name(name: object) -> str:
@@ -39,8 +45,22 @@ class Context(WaitMethods, AsyncContextMethods):
     """What a step sees of its run. One is made for each execution of a step.
     An ``async def`` step awaits ``aheartbeat``, ``acall_workflow``, ``aparallel``."""
 
-    def __init__(self, run, *, waits: list[Any], starts_runs: bool = True):
+    def __init__(
+        self,
+        run,
+        *,
+        waits: list[Any],
+        starts_runs: bool = True,
+        step: str | None = None,
+        step_index: int | None = None,
+    ):
         self._run = run
+        # The step being run (its name and index): what a stream item records.
+        self._step_index = run.step_index if step_index is None else step_index
+        self._step = step if step is not None else _step_name(run, self._step_index)
+        # A transaction open before the step began (a test's, around drain()) holds its
+        # stream writes as it holds every other write; one the step opens does not.
+        self._joins = not store.in_autocommit()
         # A compensation's ctx starts no run: it cannot wait for a child, and a run it
         # started would outlive an undo that runs again (runtime.compensation).
         self._starts_runs = starts_runs
@@ -151,6 +171,24 @@ class Context(WaitMethods, AsyncContextMethods):
             store.renew_lease(self._run, conf.get("LEASE"))
         except store.LeaseLost:
             raise Cancelled(f"run {self._run.id} was cancelled or is no longer owned") from None
+
+    # --- live progress and streams (docs/streams.md) -------------------------------
+
+    def stream(self, name: str = "default") -> StreamWriter:
+        """The writer of the run's stream ``name`` (1 to 100 bytes: ``TypeError`` /
+        ``ValueError`` otherwise): ``write(value)``, ``close()`` (``awrite``,
+        ``aclose`` in an async step)."""
+        name = streams.check_stream_name(name)
+        return StreamWriter(self._run, self._step, self._step_index, name, join=self._joins)
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None):
+        """Report the run's progress: kept as ``Run.progress`` (the latest) and written
+        as an item of its ``"progress"`` stream. ``done``/``total``: numbers >= 0
+        (``total`` may be None); ``message``: a str of at most 1,000 characters."""
+        refuse_in_event_loop("ctx.progress()", "await ctx.aprogress(...)")
+        streams.report_progress(
+            self._run, self._step, self._step_index, done, total, message, join=self._joins
+        )
 
     # --- children and parallel branches (operations.children) -------------------
 

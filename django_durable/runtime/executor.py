@@ -147,7 +147,7 @@ def _attempt(
 ) -> int | None:
     """One attempt of ``step``; None when the run goes on to its next step, otherwise
     what ``execute`` adds to the steps it executed (the run stopped here)."""
-    ctx = Context(run, waits=waits)
+    ctx = Context(run, waits=waits, step=step.name, step_index=run.step_index)
     started_at = store.now()
     run.deadline = _deadline(run, step, started_at)
     try:

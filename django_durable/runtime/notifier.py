@@ -163,7 +163,7 @@ class Notifier(threading.Thread):
         self.listening.set()
         check = f"{CHECK_PREFIX}{uuid.uuid4().hex}"
         sent = time.monotonic()
-        send_check(check)
+        self.send_check(check)
         pending, warned = True, False  # our check has not arrived; nobody was told yet
         # A run may have become due while nobody listened: look once now.
         self.on_wake()
@@ -192,6 +192,10 @@ class Notifier(threading.Thread):
                 return []
         # Also after a timeout: what arrived during the LISTEN itself waits in psycopg.
         return list(listener.notifies(timeout=0))
+
+    def send_check(self, payload: str) -> None:
+        """Send this notifier's own check NOTIFY (on the workers' channel)."""
+        send_check(payload)
 
     def concerns(self, payload: str) -> bool:
         """Does a NOTIFY with this payload call for a claim? (Another worker's check does not.)"""

@@ -1,5 +1,6 @@
 """The store's PL/pgSQL functions (PostgreSQL): the hot statements a connection
-runs again and again (a start, a claim, its next-due look-up, a step's record),
+runs again and again (a start, a claim, its next-due look-up, a step's record, a
+stream's write),
 kept as functions so that each database session plans them once (a function's
 statements keep their plans for the session), and so that a start whose key is
 taken still takes one round trip.
@@ -47,6 +48,7 @@ CURRENT = {
     "durable_claim": "durable_claim_v5",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v2",
+    "durable_stream_write": "durable_stream_write_v1",  # a stream's item (store/streams.py)
     # Called by durable_claim_v5, not by the code: its rules of a claimable run and of
     # a run holding a worker, written once. Listed so that a database that lacks them
     # is seen (``durable doctor``) and gets them (``install_missing_functions``).

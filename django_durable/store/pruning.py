@@ -23,6 +23,8 @@ from django_durable.models import (
     Run,
     Status,
     StepAttempt,
+    Stream,
+    StreamEntry,
 )
 from django_durable.store.base import atomic, engine, fetchone
 
@@ -122,6 +124,8 @@ def prune_runs(
             else:
                 StepAttempt.objects.filter(run_id__in=ids).delete()
                 Event.objects.filter(run_id__in=ids).delete()
+                StreamEntry.objects.filter(run_id__in=ids).delete()
+                Stream.objects.filter(run_id__in=ids).delete()
                 # History only: a finished run that once waited behind one of these.
                 Run.objects.filter(runs_after_id__in=ids).update(runs_after=None)
                 _, deleted = Run.objects.filter(id__in=ids).delete()

@@ -98,3 +98,28 @@ class Cleanup(Workflow):
     def delete_expired_sessions(self, ctx):
         work(3)
         return {"deleted": random.randint(0, 50)}
+
+
+SUMMARY = (
+    "Durable workflows keep each step's result in the database, so a run survives "
+    "a deploy, a crash and a retry, and its progress shows while it runs."
+)
+
+
+class SummarizeDocument(Workflow):
+    """Writes a summary word by word, the way a language model streams its answer:
+    each word is an item of the stream ``text`` and the progress moves with it. The
+    run's dashboard page shows the bar and the latest words while it runs."""
+
+    name = "summarize_document"
+
+    @step
+    def summarize(self, ctx):
+        out = ctx.stream("text")
+        words = SUMMARY.split()
+        for i, word in enumerate(words):
+            time.sleep(ctx.input.get("pace", 0.3) * random.uniform(0.5, 1.5))
+            out.write(word + " ")
+            ctx.progress(i + 1, len(words), f"summarising document {ctx.input['document']}")
+        out.close()
+        return {"words": len(words)}

@@ -328,6 +328,7 @@ from .workflows_engine import *  # noqa: E402, F401, F403  (compensations, child
 from .workflows_failures import *  # noqa: E402, F401, F403  (the failure contract)
 from .workflows_faults import *  # noqa: E402, F401, F403  (restarts, terminated backends)
 from .workflows_queues import *  # noqa: E402, F401, F403  (priorities, queues, limits)
+from .workflows_streams import *  # noqa: E402, F401, F403  (streams under failures)
 
 
 class KeyedOnce(Workflow):

@@ -3,7 +3,7 @@
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from django_durable.cli import doctor, keys, queues, rerun, runs
+from django_durable.cli import doctor, keys, queues, rerun, runs, streams
 from django_durable.cli.base import UsageParser, refused
 from django_durable.management.commands import durable_prune
 from django_durable.operations.calls import not_migrated
@@ -35,7 +35,7 @@ class Command(BaseCommand):
         commands = parser.add_subparsers(
             dest="command", metavar="COMMAND", required=True, parser_class=UsageParser
         )
-        for group in (runs, rerun, keys, queues, doctor):
+        for group in (runs, rerun, keys, queues, streams, doctor):
             group.add_parsers(commands)
         add_prune(commands)
 

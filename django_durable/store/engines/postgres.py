@@ -367,6 +367,38 @@ FROM done AS d JOIN completed AS c ON c.id = d.run_id
 RETURNING run_id, id
 """
 
+# --- streams (docs/streams.md) ---------------------------------------------------------
+
+# A write, committed alone: a call of durable_stream_write_v1 (its file says what it
+# does: the stream's row raised while the writer's claim holds the run, the item, a
+# reset item first for a new execution of the step), planned once per session. NULLs:
+# nothing written.
+WRITE_STREAM = """
+SELECT written_items, with_reset FROM durable_stream_write_v1(
+    %(run_id)s, %(name)s, %(value)s, %(keep_latest)s, %(step)s, %(step_index)s,
+    %(attempt)s, %(fence)s, %(max_items)s, %(now)s
+)
+"""
+# The NOTIFY of a write, once the write committed, as a transaction of its own: the
+# database-wide lock a NOTIFY takes at commit is then held for a moment, not for a
+# write's WAL flush (writers of other streams would wait for it), and that
+# transaction's commit waits for no flush (a notification is never durable anyway).
+NOTIFY_ALONE = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
+# None: WRITE_STREAM raises the stream's row itself.
+UPSERT_STREAM = None
+# None: WRITE_STREAM inserts the items itself.
+INSERT_STREAM_ITEM = None
+# Close a stream (its row made if nobody wrote yet), with the NOTIFY to its readers.
+CLOSE_STREAM = """
+WITH closed AS (
+    INSERT INTO durable_stream AS s (run_id, name, items, reset, closed_at, updated_at)
+    VALUES (%(run_id)s, %(name)s, 0, false, %(now)s, %(now)s)
+    ON CONFLICT (run_id, name) DO UPDATE SET closed_at = COALESCE(s.closed_at, EXCLUDED.closed_at)
+    RETURNING s.items
+)
+SELECT items, pg_notify(%(channel)s, %(payload)s) FROM closed
+"""
+
 # --- maintenance -----------------------------------------------------------------------
 
 # The advisory lock of pruning, held until the batch's transaction ends: false when

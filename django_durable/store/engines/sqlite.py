@@ -170,6 +170,56 @@ RECORD_STEP = None
 # None: no completion batches (the worker records each last step alone).
 RECORD_LAST_STEPS = None
 
+# --- streams (docs/streams.md) ---------------------------------------------------------
+
+# None: no NOTIFY (readers poll).
+NOTIFY_ALONE = None
+# None: no CTE may write on SQLite; the store runs UPSERT_STREAM, then
+# INSERT_STREAM_ITEM once or twice, in one transaction (SQLite serialises writers).
+WRITE_STREAM = None
+
+# WRITE_STREAM's ``stream`` part alone (its comment says what it does): create or
+# raise the stream's row, while the writer's claim owns the run; no row back: nothing
+# was written. The WHERE of the SELECT is what tells SQLite's parser the ON CONFLICT
+# belongs to the INSERT.
+UPSERT_STREAM = """
+INSERT INTO durable_stream AS s (
+    run_id, name, items, step_index, fence, reset, latest, closed_at, updated_at
+)
+SELECT id, %(name)s, 1, %(step_index)s, %(fence)s, 0,
+       CASE WHEN %(keep_latest)s THEN %(value)s END, NULL, %(now)s
+FROM durable_run
+WHERE id = %(run_id)s AND fence = %(fence)s AND status IN ('running', 'compensating')
+ON CONFLICT (run_id, name) DO UPDATE SET
+    items = s.items + 1
+        + CASE WHEN s.step_index = excluded.step_index AND s.fence < excluded.fence
+          THEN 1 ELSE 0 END,
+    reset = s.step_index = excluded.step_index AND s.fence < excluded.fence,
+    step_index = excluded.step_index,
+    fence = excluded.fence,
+    latest = CASE WHEN %(keep_latest)s THEN excluded.latest ELSE s.latest END,
+    updated_at = excluded.updated_at
+WHERE s.closed_at IS NULL AND s.fence <= excluded.fence
+  AND s.items + 1 + CASE WHEN s.step_index = excluded.step_index AND s.fence < excluded.fence
+                    THEN 1 ELSE 0 END <= %(max_items)s
+RETURNING items, reset
+"""
+
+# One item of a stream, at the offset UPSERT_STREAM took (durable_stream_item_once
+# makes a duplicate offset impossible).
+INSERT_STREAM_ITEM = """
+INSERT INTO durable_stream_item (run_id, stream, "offset", kind, value, step, attempt, written_at)
+VALUES (%(run_id)s, %(name)s, %(offset)s, %(kind)s, %(value)s, %(step)s, %(attempt)s, %(now)s)
+"""
+
+# Close a stream (``writer.close()``), creating its row if nobody wrote to it yet.
+CLOSE_STREAM = """
+INSERT INTO durable_stream AS s (run_id, name, items, reset, closed_at, updated_at)
+VALUES (%(run_id)s, %(name)s, 0, 0, %(now)s, %(now)s)
+ON CONFLICT (run_id, name) DO UPDATE SET closed_at = COALESCE(s.closed_at, excluded.closed_at)
+RETURNING items, NULL
+"""
+
 # --- maintenance -----------------------------------------------------------------------
 
 # None: writers take turns; two pruners cannot delete the same batch at once.

@@ -82,3 +82,7 @@ class Command(BaseCommand):
         # finds the key taken and starts nothing.
         self.start("cleanup", {}, "cleanup")
         self.start("cleanup", {}, "cleanup")
+
+        # Summaries written word by word: their pages show progress and the stream live.
+        for n in range(base + 1, base + 3):
+            self.start("summarize_document", {"document": n}, f"summary:{n}")

@@ -1,0 +1,169 @@
+"""One LISTEN connection per process wakes every waiting stream reader (docs/streams.md).
+
+A write to a stream sends ``NOTIFY <NOTIFY_CHANNEL>_streams, '<run id>:<name>'`` at its
+commit; a finish of a run that wrote streams sends ``'<run id>'`` (every stream of the
+run ended). The process's one ``StreamListener`` (a ``Notifier``: the same LISTEN
+connection, reconnection and self-check as the worker's, on the streams' channel)
+wakes the readers waiting for that stream: a ``threading.Event`` for a sync reader, an
+``asyncio.Event`` set on its own loop for an async one. A waiting reader holds no
+database connection and no thread of its own (async); the NOTIFY carries no item:
+the woken reader reads what it has not seen, so nothing depends on a NOTIFY arriving.
+
+Readers wait with a deadline whatever happens here: ``recheck_after()`` is
+``POLL_INTERVAL`` until the listener's own check NOTIFY arrived (and always on
+SQLite: no LISTEN), ``RECHECK`` once it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections import defaultdict
+
+from django.db import connections
+
+from django_durable import conf, store
+from django_durable.runtime.notifier import CHECK_PREFIX, Notifier
+
+__all__ = ["RECHECK", "Waiter", "listener", "recheck_after", "stop_listener"]
+
+# How long a reader waits without a NOTIFY before it looks again, while the listener
+# works: what a lost NOTIFY (a reconnect) or an ended stream without one costs at most.
+RECHECK = 5.0
+
+
+class Waiter:
+    """One reader's doorbell: registered for a (run, stream), rung by the listener."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+        self.loop = loop
+        self.event: asyncio.Event | threading.Event = (
+            asyncio.Event() if loop is not None else threading.Event()
+        )
+
+    def clear(self) -> None:
+        self.event.clear()
+
+
+def ring(waiters: list[Waiter]) -> None:
+    """Ring ``waiters``: a sync reader's event at once, the async readers of each event
+    loop together, in one callback on that loop (one wake-up of the loop for a
+    thousand readers of a stream, not one each)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+    for waiter in waiters:
+        if waiter.loop is None:
+            waiter.event.set()
+        else:
+            by_loop.setdefault(waiter.loop, []).append(waiter.event)
+    for loop, events in by_loop.items():
+        # A closed loop (RuntimeError): its readers are gone.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_set_all, events)
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+class StreamListener(Notifier):
+    """The process's LISTEN on the streams' channel, dispatching to waiters."""
+
+    def __init__(self, alias: str):
+        super().__init__(
+            channel=store.stream_channel(),
+            queues=None,
+            on_wake=self.ring_all,
+            stop=threading.Event(),
+            alias=alias,
+        )
+        self.name = "durable-stream-listener"
+        self._lock = threading.Lock()
+        self._waiters: dict[str, dict[str, set[Waiter]]] = defaultdict(lambda: defaultdict(set))
+
+    def add(self, run_id: uuid.UUID, name: str, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters[str(run_id)][name].add(waiter)
+
+    def remove(self, run_id: uuid.UUID, name: str, waiter: Waiter) -> None:
+        with self._lock:
+            streams = self._waiters.get(str(run_id))
+            if streams is None:
+                return
+            waiters = streams.get(name)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del streams[name]
+            if not streams:
+                del self._waiters[str(run_id)]
+
+    def waiting(self) -> int:
+        with self._lock:
+            return sum(len(w) for streams in self._waiters.values() for w in streams.values())
+
+    def send_check(self, payload: str) -> None:
+        # The check goes on the streams' channel, as a write's NOTIFY does.
+        try:
+            store.notify_streams(payload)
+        finally:
+            connections.close_all()
+
+    def concerns(self, payload: str) -> bool:
+        if not payload.startswith(CHECK_PREFIX):
+            run_id, _, name = payload.partition(":")
+            with self._lock:
+                streams = self._waiters.get(run_id)
+                if streams is None:
+                    return False
+                if name:
+                    rung = list(streams.get(name, ()))
+                else:  # the run finished: each of its streams ended
+                    rung = [waiter for waiters in streams.values() for waiter in waiters]
+            ring(rung)
+        return False  # nothing for Notifier.on_wake: the waiters were rung here
+
+    def ring_all(self) -> None:
+        """(Re)connected: a NOTIFY may have been missed meanwhile; every reader looks."""
+        with self._lock:
+            rung = [w for streams in self._waiters.values() for ws in streams.values() for w in ws]
+        ring(rung)
+
+
+_listener: StreamListener | None = None
+_starting = threading.Lock()
+
+
+def listener() -> StreamListener | None:
+    """The process's listener, started at the first reader that waits; None where
+    nobody listens (SQLite, or ``DURABLE["LISTEN_DATABASE"]`` None): readers poll."""
+    global _listener
+    alias = conf.get("LISTEN_DATABASE")
+    if alias is None or not store.engine(connections[alias]).LISTENS:
+        return None
+    with _starting:
+        if _listener is None or not _listener.is_alive():
+            _listener = StreamListener(alias)
+            _listener.start()
+        return _listener
+
+
+def stop_listener(timeout: float = 5.0) -> None:
+    """Stop the process's listener and close its connection (the next waiting reader
+    starts another): for tests, and a process that drops its database."""
+    global _listener
+    with _starting:
+        stopping, _listener = _listener, None
+    if stopping is not None:
+        stopping.stop.set()
+        stopping.join(timeout)
+
+
+def recheck_after(active: StreamListener | None) -> float:
+    """How long a reader waits before it looks again without a NOTIFY."""
+    poll = conf.get("POLL_INTERVAL").total_seconds()
+    if active is not None and active.verified and active.listening.is_set():
+        return max(RECHECK, poll)
+    return poll

@@ -1,0 +1,289 @@
+"""``durable.read_stream`` and ``durable.aread_stream``: a stream's items as they are
+written (docs/streams.md).
+
+A reader reads what it has not seen (``after``), then waits for the process's
+listener to ring (``runtime.stream_listener``; SQLite: ``POLL_INTERVAL``) and reads
+again. It registers before its first read and clears its doorbell before each read,
+so a write committed between a read and the wait still wakes it. It ends when the
+stream is ended (closed, or its run finished) and it yielded every item, or after
+``timeout`` seconds without a new item.
+
+Connections: a sync reader reads on its thread's connection (a test sees its own
+transaction) and closes it before it waits, unless a transaction is open on it. An
+async reader reads on one of ``READ_THREADS`` threads shared by every async reader of
+the process, each keeping its connection: a thousand waiting clients of an ASGI
+process hold those connections and the listener's, no more, and no thread each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, InterfaceError, OperationalError
+
+from django_durable import store
+from django_durable.models import Run
+from django_durable.operations.streams import check_after, check_stream_name
+from django_durable.runtime.stream_listener import Waiter, listener, recheck_after
+
+__all__ = [
+    "READ_BATCH",
+    "READ_THREADS",
+    "StreamItem",
+    "aread_stream",
+    "astream_ended",
+    "read_stream",
+    "stream_ended",
+]
+
+# Items read per query.
+READ_BATCH = 500
+# The threads async readers read on (each keeps one database connection).
+READ_THREADS = 2
+
+_reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="durable-stream-read")
+
+T = TypeVar("T")
+
+logger = logging.getLogger("django_durable.streams")
+
+# What a read raises while the database is out of reach (a restart, a failover): a
+# waiting reader reads again after POLL_INTERVAL until its deadline, as a worker keeps
+# polling, and misses nothing (it reads after the offset it yielded last).
+OUTAGE = (OperationalError, InterfaceError)
+
+
+class StreamItem(NamedTuple):
+    """One item of a stream: ``kind`` is ``"value"`` or ``"reset"`` (a new execution of
+    the step starts over; ``value`` None), ``written_at`` an aware datetime."""
+
+    offset: int
+    kind: str
+    value: Any
+    step: str
+    attempt: int
+    written_at: datetime
+
+
+def _checked(run_id, name, after, timeout) -> tuple[uuid.UUID, str, int, float | None]:
+    name = check_stream_name(name)
+    after = check_after(after)
+    if timeout is not None:
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+            raise TypeError(f"timeout is a number of seconds or None, got {timeout!r}")
+        if timeout < 0:
+            raise ValueError(f"timeout is >= 0, got {timeout}")
+    if not isinstance(run_id, uuid.UUID):
+        try:
+            run_id = uuid.UUID(str(run_id))
+        except ValueError:
+            raise Run.DoesNotExist(f"no run {run_id}") from None
+    return run_id, name, -1 if after is None else after, timeout
+
+
+def _fetch(run_id: uuid.UUID, name: str, after: int) -> tuple[list[StreamItem], bool, bool]:
+    """The items after ``after``, whether the stream ended with them (every item read),
+    and whether a full batch came back (read again before waiting)."""
+    rows = store.read_stream_items(run_id, name, after, READ_BATCH)
+    items = [StreamItem(*row) for row in rows]
+    if len(items) == READ_BATCH:
+        return items, False, True
+    last = items[-1].offset if items else after
+    position = store.stream_position(run_id, name)
+    ended = position is None or (position.ended and position.items <= last + 1)
+    return items, ended, False
+
+
+class _Cursor:
+    """Where a reader is: the last offset it yielded, and the time it gives up."""
+
+    def __init__(self, run_id: uuid.UUID, name: str, after: int, timeout: float | None):
+        self.run_id, self.name, self.after, self.timeout = run_id, name, after, timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.more = False
+
+    def take(self, fetched: tuple[list[StreamItem], bool, bool]) -> tuple[list[StreamItem], bool]:
+        items, ended, self.more = fetched
+        if items:
+            self.after = items[-1].offset
+            if self.timeout is not None:
+                self.deadline = time.monotonic() + self.timeout
+        return items, ended
+
+    def read(self) -> tuple[list[StreamItem], bool]:
+        return self.take(_fetch(self.run_id, self.name, self.after))
+
+    def wait_for(self) -> float | None:
+        """How long to wait now (0: give up)."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def retry_after(self, exc: Exception) -> float:
+        """How long to wait before reading again after ``exc`` (an ``OUTAGE``); raises
+        it once the reader's deadline has passed."""
+        remaining = self.wait_for()
+        if remaining == 0:
+            raise exc
+        logger.info(
+            "reading stream %r of run %s failed (%s); reading again", self.name, self.run_id, exc
+        )
+        pause = recheck_after(None)
+        return pause if remaining is None else min(pause, remaining)
+
+
+# The reads in flight on each event loop, by (run, stream, after): the readers of a
+# stream woken by one write ask the same question, and one read answers them all.
+_shared: dict[tuple, asyncio.Future] = {}
+
+
+async def _shared_fetch(run_id: uuid.UUID, name: str, after: int):
+    key = (asyncio.get_running_loop(), run_id, name, after)
+    future = _shared.get(key)
+    if future is None:
+        future = asyncio.ensure_future(_off_loop(lambda: _fetch(run_id, name, after)))
+        _shared[key] = future
+        future.add_done_callback(lambda _: _shared.pop(key, None))
+    return await asyncio.shield(future)
+
+
+def stream_ended(run_id: uuid.UUID, name: str, after: int) -> bool:
+    """Is the stream ended (closed, or its run finished or gone) with no item after
+    ``after``?"""
+    position = store.stream_position(run_id, name)
+    return position is None or (position.ended and position.items <= after + 1)
+
+
+async def astream_ended(run_id: uuid.UUID, name: str, after: int) -> bool:
+    """``stream_ended`` for async code (on a read thread)."""
+    return await _off_loop(lambda: stream_ended(run_id, name, after))
+
+
+def _exists(run_id: uuid.UUID, name: str) -> None:
+    if store.stream_position(run_id, name) is None:
+        raise Run.DoesNotExist(f"no run {run_id}")
+
+
+def read_stream(
+    run_id: uuid.UUID | str,
+    name: str = "default",
+    *,
+    after: int | None = None,
+    timeout: float | None = None,
+) -> Iterator[StreamItem]:
+    """The stream's items with an offset above ``after`` (None: from the first), oldest
+    first, then each new one as it is written; it ends when the stream is closed (or
+    its run finished) and every item was yielded, or after ``timeout`` seconds with no
+    new item (0: what is there now; None: no limit). ``Run.DoesNotExist`` for an
+    unknown run, at the call."""
+    run_id, name, after, timeout = _checked(run_id, name, after, timeout)
+    _exists(run_id, name)
+    return _read(_Cursor(run_id, name, after, timeout))
+
+
+def _read(cursor: _Cursor) -> Iterator[StreamItem]:
+    active = listener() if cursor.timeout != 0 else None
+    waiter = Waiter()
+    if active is not None:
+        active.add(cursor.run_id, cursor.name, waiter)
+    try:
+        while True:
+            waiter.clear()
+            try:
+                items, ended = cursor.read()
+            except OUTAGE as exc:
+                if store.db().in_atomic_block:
+                    raise  # the caller's transaction is lost with its connection
+                store.db().close()
+                waiter.event.wait(cursor.retry_after(exc))
+                continue
+            yield from items
+            if ended:
+                return
+            if cursor.more:
+                continue
+            remaining = cursor.wait_for()
+            if remaining == 0:
+                return
+            _release_connection()
+            pause = recheck_after(active)
+            waiter.event.wait(pause if remaining is None else min(pause, remaining))
+    finally:
+        if active is not None:
+            active.remove(cursor.run_id, cursor.name, waiter)
+
+
+def _release_connection() -> None:
+    """Give the thread's connection back while waiting, unless a transaction holds it."""
+    connection = store.db()
+    if connection.connection is not None and connection.get_autocommit():
+        connection.close()
+
+
+def _pooled(fn: Callable[[], T]) -> T:
+    """Run ``fn`` on a read thread, on that thread's connection, kept from read to read
+    whatever ``CONN_MAX_AGE`` says (a new connection per read would cost more than the
+    read); a read that failed drops it, and the next one connects again."""
+    try:
+        return fn()
+    except DatabaseError:
+        store.db().close()
+        raise
+
+
+async def _off_loop(fn: Callable[[], T]) -> T:
+    return await sync_to_async(_pooled, thread_sensitive=False, executor=_reads)(fn)
+
+
+async def aread_stream(
+    run_id: uuid.UUID | str,
+    name: str = "default",
+    *,
+    after: int | None = None,
+    timeout: float | None = None,
+) -> AsyncIterator[StreamItem]:
+    """``read_stream`` for async code: an async iterator that holds no thread and no
+    database connection while it waits. ``Run.DoesNotExist`` at the first item."""
+    run_id, name, after, timeout = _checked(run_id, name, after, timeout)
+    await _off_loop(lambda: _exists(run_id, name))
+    cursor = _Cursor(run_id, name, after, timeout)
+    active = await _off_loop(listener) if timeout != 0 else None
+    waiter = Waiter(asyncio.get_running_loop())
+    if active is not None:
+        active.add(run_id, name, waiter)
+    try:
+        while True:
+            waiter.clear()
+            try:
+                fetched = await _shared_fetch(run_id, name, cursor.after)
+            except OUTAGE as exc:  # _pooled dropped the read thread's connection
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter.event.wait(), cursor.retry_after(exc))
+                continue
+            items, ended = cursor.take(fetched)
+            for item in items:
+                yield item
+            if ended:
+                return
+            if cursor.more:
+                continue
+            remaining = cursor.wait_for()
+            if remaining == 0:
+                return
+            pause = recheck_after(active)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    waiter.event.wait(), pause if remaining is None else min(pause, remaining)
+                )
+    finally:
+        if active is not None:
+            active.remove(run_id, name, waiter)

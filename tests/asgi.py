@@ -1,0 +1,8 @@
+"""The test project as an ASGI application, for the tests that run it under uvicorn."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+application = get_asgi_application()
