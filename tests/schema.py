@@ -293,27 +293,38 @@ def without_migrations(folder: Path) -> dict[str, str]:
         return run_migrate(database, folder, "--run-syncdb", modules={"django_durable": None})
 
 
+def _replaced() -> list[str]:
+    """The migrations a squashed migration replaces (the drafts of a folded release)."""
+    names: list[str] = []
+    for path in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "replaces":
+                names += [name for _app, name in ast.literal_eval(node.value)]
+    return names
+
+
 def drafts(folder: Path) -> str:
-    """A copy of the package's migrations (with their sql/) in ``folder`` without the
-    migrations that replace others (a squashed migration): the migrations as main
-    had them before a fold. Its module name, for ``MIGRATION_MODULES``."""
+    """A copy of the package's migrations (with their sql/) in ``folder`` holding only
+    the drafts a squashed migration replaces: the migrations as main had them before a
+    fold (the squash and the later releases' migrations, which depend on it, left
+    out). Its module name, for ``MIGRATION_MODULES``."""
     package = folder / "durable_drafts"
     if not package.exists():
         shutil.copytree(MIGRATIONS, package, ignore=shutil.ignore_patterns("__pycache__"))
+        kept = set(draft_names())
         for path in package.glob("[0-9][0-9][0-9][0-9]_*.py"):
-            if re.search(r"^\s*replaces\s*=", path.read_text(), re.M):
+            if path.stem not in kept:
                 path.unlink()
     return package.name
 
 
 def draft_names() -> list[str]:
-    """The names of the draft migrations (every migration of the package that replaces
-    none), oldest first."""
-    return sorted(
-        path.stem
-        for path in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py")
-        if not re.search(r"^\s*replaces\s*=", path.read_text(), re.M)
-    )
+    """The names of the draft migrations, oldest first: those a squashed migration
+    replaces (every migration, before a fold)."""
+    replaced = _replaced()
+    if replaced:
+        return sorted(replaced)
+    return sorted(path.stem for path in MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def draft_functions() -> list[str]:

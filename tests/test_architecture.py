@@ -23,8 +23,8 @@ BASE = {"conf", "exceptions", "signals"}
 UNITS = {
     # What Django and projects load; they compose the layers below.
     # The package itself: its public names load lazily (operations, runtime.context,
-    # by ``import_module`` on first use).
-    "django_durable": {"workflows", "operations", "runtime"} | BASE,
+    # stream_response, by ``import_module`` on first use).
+    "django_durable": {"workflows", "operations", "runtime", "sse"} | BASE,
     # ready(); the tasks backend by ``import_module`` when TASKS names it.
     "apps": {"checks", "operations", "store", "tasks", "telemetry"} | BASE,
     "urls": {"admin", "dashboard"},

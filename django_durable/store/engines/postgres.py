@@ -380,10 +380,10 @@ SELECT written_items, with_reset FROM durable_stream_write_v1(
 )
 """
 # The NOTIFY of a write, once the write committed, as a transaction of its own: the
-# database-wide lock a NOTIFY takes at commit is then held for a moment, not for a
-# write's WAL flush (writers of other streams would wait for it), and that
-# transaction's commit waits for no flush (a notification is never durable anyway).
-NOTIFY_ALONE = "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
+# database-wide lock a NOTIFY takes at commit is then held around that small
+# transaction's commit, not around the write's (writers of other streams would wait
+# for it).
+NOTIFY_ALONE = "SELECT pg_notify(%s, %s)"
 # None: WRITE_STREAM raises the stream's row itself.
 UPSERT_STREAM = None
 # None: WRITE_STREAM inserts the items itself.
