@@ -355,8 +355,7 @@ def test_a_write_is_one_call_of_the_write_function_then_its_notify_alone(define)
     assert all("durable_stream_write_v1(" in sql for sql in statements[0::2])
     assert not any("pg_notify" in sql for sql in statements[0::2])
     assert all(
-        sql.startswith("SELECT set_config('synchronous_commit', 'off', true), pg_notify(")
-        and f"'{run.id}:text'" in sql
+        sql.startswith("SELECT pg_notify(") and f"'{run.id}:text'" in sql
         for sql in statements[1::2]
     )
     assert [i.value for i in items(run.id, "text")] == ["a", "b", "c"]
