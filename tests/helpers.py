@@ -3,6 +3,9 @@ threads that each use their own database connection."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -19,6 +22,7 @@ from django_durable.runtime import executor
 from django_durable.testing import drain
 from django_durable.workflows.definition import StepDef, registry
 from tests.factories import RunFactory
+from tests.worker_processes import ROOT
 
 
 def work(self, ctx):
@@ -176,3 +180,20 @@ def run_claimed(run):
 
 def fresh(run_id) -> Run:
     return Run.objects.get(id=run_id)
+
+
+def manage_py(*args: str) -> subprocess.CompletedProcess:
+    """``python manage.py *args`` in a process of its own, on the test database (as a
+    user runs a command line), with a deadline."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
+        },
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

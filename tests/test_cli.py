@@ -3,20 +3,16 @@ bad-usage (2) exits. Most go through ``call_command``; the real command line's e
 statuses are checked in a subprocess too."""
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 import django_durable as durable
 from django_durable.models import Activity, Run, Status
 from django_durable.testing import drain
-from tests.worker_processes import ROOT
+from tests.helpers import manage_py
 
 pytestmark = pytest.mark.django_db
 
@@ -208,19 +204,8 @@ def test_bad_usage_under_call_command_is_exit_2():
     # raises CommandError with status 1 for it; the real command line exits 2, below.)
 
 
-def manage(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "manage.py", "durable", *args],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def manage(*args):
+    return manage_py("durable", *args)
 
 
 @pytest.mark.slow

@@ -1,15 +1,11 @@
 """Pruning deletes finished runs past retention, which frees their keys, and old
 activity; it never touches a run that is still going."""
 
-import os
-import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.utils import timezone
 
 import django_durable as durable
@@ -21,7 +17,7 @@ from django_durable.models import (
 )
 from django_durable.testing import drain
 from tests.factories import ActivityFactory, RunFactory
-from tests.worker_processes import ROOT
+from tests.helpers import manage_py
 
 pytestmark = pytest.mark.django_db
 
@@ -209,18 +205,7 @@ def test_prune_refuses_a_bad_older_than_before_deleting_anything(older_than, err
 
 
 def manage_prune(*args):
-    return subprocess.run(
-        [sys.executable, "manage.py", "durable_prune", *args],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DURABLE_SUBPROCESS_DB_NAME": str(connection.settings_dict["NAME"]),
-        },
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return manage_py("durable_prune", *args)
 
 
 @pytest.mark.slow
