@@ -49,6 +49,9 @@ def start(
     return {**outcome, "retried": retried} if retry_for else outcome
 
 
+UNFINISHED = ("id", "status", "step_index", "worker_id", "lease_expires_at", "due_at", "recoveries")
+
+
 def report() -> dict:
     from django.db.models import Count
 
@@ -89,6 +92,11 @@ def report() -> dict:
             )
         ),
         "failed_errors": [r.error for r in runs.filter(status="failed")[:5]],
+        # What a run that never finished was doing (the test shows it when it waits in vain).
+        "unfinished": [
+            {field: str(value) for field, value in row.items()}
+            for row in runs.exclude(status__in=("completed", "failed")).values(*UNFINISHED)[:5]
+        ],
     }
 
 

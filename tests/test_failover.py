@@ -174,7 +174,11 @@ def test_a_primary_stopped_hard_and_its_standby_promoted_lose_and_stall_nothing(
         out, err = producer.communicate(timeout=120)
         assert producer.returncode == 0, err
         started = json.loads(out.strip().splitlines()[-1])
-        wait_until(lambda: pair.count(standby, COMPLETED) == RUNS, 120, "every run", 0.2)
+        try:
+            wait_until(lambda: pair.count(standby, COMPLETED) == RUNS, 120, "every run", 0.2)
+        except AssertionError as timed_out:  # which runs, in what state, and the workers' logs
+            logs = "\n".join(worker.output()[-3000:] for worker in workers)
+            raise AssertionError(f"{timed_out}: {pair.probe('report')}\n{logs}") from None
         report = pair.probe("report")
     finally:
         if producer is not None and producer.poll() is None:
