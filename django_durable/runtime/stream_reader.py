@@ -18,7 +18,6 @@ process hold those connections and the listener's, no more, and no thread each.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -141,19 +140,64 @@ class _Cursor:
         return pause if remaining is None else min(pause, remaining)
 
 
-# The reads in flight on each event loop, by (run, stream, after): the readers of a
-# stream woken by one write ask the same question, and one read answers them all.
-_shared: dict[tuple, asyncio.Future] = {}
+class _Read:
+    """One read in flight on an event loop, shared by the async readers that ask the
+    same question (run, stream, after); ``started`` once its thread began it."""
+
+    __slots__ = ("future", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+
+
+# The latest read of each (loop, run, stream, after) in flight.
+_shared: dict[tuple, _Read] = {}
+
+
+def _start_read(run_id: uuid.UUID, name: str, after: int, *, fresh: bool) -> asyncio.Future:
+    """The read of the items after ``after`` (``_fetch``'s answer, as a future on this
+    loop), shared with whoever asks the same until it is answered. ``fresh``: it
+    must begin from now on (a NOTIFY came in: a read already under way may have begun
+    before that write's commit), so a read not yet begun is joined, not one under way.
+    """
+    loop = asyncio.get_running_loop()
+    key = (loop, run_id, name, after)
+    shared = _shared.get(key)
+    if shared is not None and not (fresh and shared.started):
+        return shared.future
+    read = _shared[key] = _Read()
+
+    def begin() -> tuple[list[StreamItem], bool, bool]:
+        read.started = True
+        return _fetch(run_id, name, after)
+
+    read.future = asyncio.ensure_future(_off_loop(begin))
+
+    def done(_) -> None:
+        if _shared.get(key) is read:
+            del _shared[key]
+
+    read.future.add_done_callback(done)
+    return read.future
 
 
 async def _shared_fetch(run_id: uuid.UUID, name: str, after: int):
-    key = (asyncio.get_running_loop(), run_id, name, after)
-    future = _shared.get(key)
-    if future is None:
-        future = asyncio.ensure_future(_off_loop(lambda: _fetch(run_id, name, after)))
-        _shared[key] = future
-        future.add_done_callback(lambda _: _shared.pop(key, None))
-    return await asyncio.shield(future)
+    return await asyncio.shield(_start_read(run_id, name, after, fresh=False))
+
+
+def _read_for_rung(key: tuple[uuid.UUID, str, int], waiters: list[Waiter]) -> None:
+    """The listener rang these async readers of one stream, all to read after the same
+    offset (``key``): one read for them all, begun now, and each is woken once it is
+    answered, with its answer, rather than a thousand readers each waking to join one
+    read and waking again when it is answered."""
+    run_id, name, after = key
+    read = _start_read(run_id, name, after, fresh=True)
+
+    def answered(_) -> None:
+        for waiter in waiters:
+            waiter.set(read)
+
+    read.add_done_callback(answered)
 
 
 def stream_ended(run_id: uuid.UUID, name: str, after: int) -> bool:
@@ -257,17 +301,23 @@ async def aread_stream(
     await _off_loop(lambda: _exists(run_id, name))
     cursor = _Cursor(run_id, name, after, timeout)
     active = await _off_loop(listener) if timeout != 0 else None
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = Waiter(asyncio.get_running_loop(), on_ring=_read_for_rung)
+    waiter.key = (run_id, name, cursor.after)
     if active is not None:
         active.add(run_id, name, waiter)
     try:
         while True:
+            # What was read for this reader when it was rung: a read begun after the
+            # ring, of the offset it reads after now (else it reads for itself).
+            read = waiter.fetched if waiter.key == (run_id, name, cursor.after) else None
             waiter.clear()
             try:
-                fetched = await _shared_fetch(run_id, name, cursor.after)
+                if read is not None:
+                    fetched = read.result()
+                else:
+                    fetched = await _shared_fetch(run_id, name, cursor.after)
             except OUTAGE as exc:  # _pooled dropped the read thread's connection
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), cursor.retry_after(exc))
+                await waiter.wait(cursor.retry_after(exc))
                 continue
             items, ended = cursor.take(fetched)
             for item in items:
@@ -280,10 +330,8 @@ async def aread_stream(
             if remaining == 0:
                 return
             pause = recheck_after(active)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    waiter.event.wait(), pause if remaining is None else min(pause, remaining)
-                )
+            waiter.key = (run_id, name, cursor.after)
+            await waiter.wait(pause if remaining is None else min(pause, remaining))
     finally:
         if active is not None:
             active.remove(run_id, name, waiter)
