@@ -45,9 +45,13 @@ class Waiter:
     An async reader may give ``on_ring``: the async waiters of a loop rung together
     with the same ``key`` (what they read next) are handed to
     ``on_ring(key, waiters)``, which sets them (``set``) when it likes, with what it
-    read for them (``runtime.stream_reader``: one read for all, before they wake)."""
+    read for them and for which key (``runtime.stream_reader``: one read for all,
+    before they wake)."""
 
-    __slots__ = ("loop", "event", "_rung", "_future", "key", "on_ring", "fetched")
+    __slots__ = (
+        "loop", "event", "_rung", "_future", "key", "on_ring", "fetched",
+        "_deadline", "_timer", "_timer_at",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -61,6 +65,9 @@ class Waiter:
         self.key: Any = None
         self.on_ring = on_ring
         self.fetched: Any = None
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def clear(self) -> None:
         if self.event is not None:
@@ -83,19 +90,40 @@ class Waiter:
         if self._rung:
             return
         loop = self.loop
+        self._deadline = None if timeout is None else loop.time() + timeout
+        # The timer of an earlier wait is kept while it is due no later than this
+        # deadline (when it fires early, it sets itself again for the deadline): a
+        # reader woken at each write arms no new timer each time (a thousand readers
+        # would push and cancel a thousand heap entries per write).
+        if self._deadline is not None and (self._timer is None or self._timer_at > self._deadline):
+            self._arm(self._deadline)
         future = self._future = loop.create_future()
-        timer = None if timeout is None else loop.call_later(timeout, _wake, future)
         try:
             await future
         finally:
             self._future = None
-            if timer is not None:
-                timer.cancel()
 
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._expire)
 
-def _wake(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
+    def _expire(self) -> None:
+        self._timer = None
+        future, deadline = self._future, self._deadline
+        if future is None or future.done() or deadline is None:
+            return  # not waiting: the next wait arms a timer
+        if self.loop.time() + 0.001 < deadline:
+            self._arm(deadline)  # armed by an earlier wait: not due yet
+        else:
+            future.set_result(None)
+
+    def close(self) -> None:
+        """The reader is done: drop its timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def ring(waiters: list[Waiter]) -> None:

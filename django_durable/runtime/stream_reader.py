@@ -190,12 +190,12 @@ def _read_for_rung(key: tuple[uuid.UUID, str, int], waiters: list[Waiter]) -> No
     offset (``key``): one read for them all, begun now, and each is woken once it is
     answered, with its answer, rather than a thousand readers each waking to join one
     read and waking again when it is answered."""
-    run_id, name, after = key
-    read = _start_read(run_id, name, after, fresh=True)
+    run, name, after = key
+    read = _start_read(uuid.UUID(run), name, after, fresh=True)
 
     def answered(_) -> None:
         for waiter in waiters:
-            waiter.set(read)
+            waiter.set((key, read))
 
     read.add_done_callback(answered)
 
@@ -302,14 +302,17 @@ async def aread_stream(
     cursor = _Cursor(run_id, name, after, timeout)
     active = await _off_loop(listener) if timeout != 0 else None
     waiter = Waiter(asyncio.get_running_loop(), on_ring=_read_for_rung)
-    waiter.key = (run_id, name, cursor.after)
+    run = str(run_id)  # in the waiter's key: a str hashes and compares in C, a UUID not
+    waiter.key = (run, name, cursor.after)
     if active is not None:
         active.add(run_id, name, waiter)
     try:
         while True:
             # What was read for this reader when it was rung: a read begun after the
-            # ring, of the offset it reads after now (else it reads for itself).
-            read = waiter.fetched if waiter.key == (run_id, name, cursor.after) else None
+            # ring, used if it read after the offset this reader is at now (the ring
+            # may have come while the reader was yielding an earlier answer).
+            rung = waiter.fetched
+            read = rung[1] if rung is not None and rung[0] == (run, name, cursor.after) else None
             waiter.clear()
             try:
                 if read is not None:
@@ -330,8 +333,9 @@ async def aread_stream(
             if remaining == 0:
                 return
             pause = recheck_after(active)
-            waiter.key = (run_id, name, cursor.after)
+            waiter.key = (run, name, cursor.after)
             await waiter.wait(pause if remaining is None else min(pause, remaining))
     finally:
+        waiter.close()
         if active is not None:
             active.remove(run_id, name, waiter)
