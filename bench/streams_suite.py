@@ -6,12 +6,17 @@
 - items/s for one stream, and for 100 streams written at once by a bounded pool of
   threads (within the server's free connections), beside raw INSERTs;
 - write->reader latency p50/p99 with N idle SSE clients (default 1,000) of one uvicorn
-  process, the clients in 4 processes of their own (bench/sse_clients.py), and the
-  PostgreSQL sessions that process holds and its RSS per client;
+  process, the clients in 2 processes of their own (bench/sse_clients.py: one epoll
+  loop each), for each stack of uvicorn installed (h11 + asyncio; httptools + uvloop,
+  ``uvicorn[standard]``), each beside its floor: a bare ASGI app sending the same
+  bytes to the same clients (bench/sse_floor.py); and the PostgreSQL sessions that
+  process holds and its RSS per client;
 - worker_c4 (bench/durable_suite.py's burst) alone, beside a process writing a stream
-  at 1,000 items/s, and beside one making as many raw INSERTs.
+  at 50 and at 1,000 items/s, and beside one making as many raw INSERTs of the same
+  rows (``worker_beside_writes`` says what is fair to compare on 2 cores, and why).
 
-``--only write,many,sse,worker`` measures some of them.
+``--only write,many,sse,worker`` measures some of them. ``BENCH_SSE_PROFILE=DIR``
+records the uvicorn process with py-spy during the SSE writes.
 
 It makes its own database (``BENCH_DB_NAME``, default bench_streams), prints one JSON
 line of figures, and records ``uptime`` before and after.

@@ -13,6 +13,8 @@ transaction) and closes it before it waits, unless a transaction is open on it. 
 async reader reads on one of ``READ_THREADS`` threads shared by every async reader of
 the process, each keeping its connection: a thousand waiting clients of an ASGI
 process hold those connections and the listener's, no more, and no thread each.
+When the listener rings the async readers of a stream, one read for all those at
+the same offset begins at once, and each wakes once, with its answer.
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ async def _shared_fetch(run_id: uuid.UUID, name: str, after: int):
     return await asyncio.shield(_start_read(run_id, name, after, fresh=False))
 
 
-def _read_for_rung(key: tuple[uuid.UUID, str, int], waiters: list[Waiter]) -> None:
+def _read_for_rung(key: tuple[str, str, int], waiters: list[Waiter]) -> None:
     """The listener rang these async readers of one stream, all to read after the same
     offset (``key``): one read for them all, begun now, and each is woken once it is
     answered, with its answer, rather than a thousand readers each waking to join one
@@ -194,6 +196,8 @@ def _read_for_rung(key: tuple[uuid.UUID, str, int], waiters: list[Waiter]) -> No
     read = _start_read(uuid.UUID(run), name, after, fresh=True)
 
     def answered(_) -> None:
+        if not read.cancelled():
+            read.exception()  # retrieved: each reader that takes it raises it itself
         for waiter in waiters:
             waiter.set((key, read))
 
