@@ -17,6 +17,7 @@ request).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -87,7 +88,7 @@ def _sync_events(run_id, name: str, after: int) -> Iterator[str]:
 # The frames of the items async readers sent last, by (run, stream, offset): the
 # readers of a stream woken by one write get the same item from one shared read, and
 # the first of them encodes its frame for all (an item at an offset never changes).
-# Touched on event loops only; bounded, oldest out first.
+# Bounded, oldest out first.
 _frames: dict[tuple, bytes] = {}
 FRAMES_KEPT = 4096
 
@@ -98,7 +99,9 @@ def _frame(run_id, name: str, item: StreamItem) -> bytes:
     if frame is None:
         frame = _frames[key] = event_text(item).encode()
         if len(_frames) > FRAMES_KEPT:
-            del _frames[next(iter(_frames))]
+            # Loops of other threads may trim at the same time: whoever trims, once.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del _frames[next(iter(_frames))]
     return frame
 
 
