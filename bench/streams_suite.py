@@ -6,12 +6,17 @@
 - items/s for one stream, and for 100 streams written at once by a bounded pool of
   threads (within the server's free connections), beside raw INSERTs;
 - write->reader latency p50/p99 with N idle SSE clients (default 1,000) of one uvicorn
-  process, the clients in 4 processes of their own (bench/sse_clients.py), and the
-  PostgreSQL sessions that process holds and its RSS per client;
+  process, the clients in 2 processes of their own (bench/sse_clients.py: one epoll
+  loop each), for each stack of uvicorn installed (h11 + asyncio; httptools + uvloop,
+  ``uvicorn[standard]``), each beside its floor: a bare ASGI app sending the same
+  bytes to the same clients (bench/sse_floor.py); and the PostgreSQL sessions that
+  process holds and its RSS per client;
 - worker_c4 (bench/durable_suite.py's burst) alone, beside a process writing a stream
-  at 1,000 items/s, and beside one making as many raw INSERTs.
+  at 50 and at 1,000 items/s, and beside one making as many raw INSERTs of the same
+  rows (``worker_beside_writes`` says what is fair to compare on 2 cores, and why).
 
-``--only write,many,sse,worker`` measures some of them.
+``--only write,many,sse,worker`` measures some of them. ``BENCH_SSE_PROFILE=DIR``
+records the uvicorn process with py-spy during the SSE writes.
 
 It makes its own database (``BENCH_DB_NAME``, default bench_streams), prints one JSON
 line of figures, and records ``uptime`` before and after.
@@ -47,9 +52,6 @@ def prepare() -> None:
 
 
 PARTS = ("write", "many", "sse", "worker")
-# Items/s of the process written beside worker_c4: a stream a step writes quickly (an
-# LLM's tokens come at tens per second per run; this is dozens of such runs at once).
-BESIDE_RATE = 1000
 
 
 def setup() -> None:
@@ -98,7 +100,13 @@ def measure(clients: int, parts: tuple[str, ...] = PARTS) -> dict:
     if "many" in parts:
         out.update(many_streams())
     if "sse" in parts:
-        out.update(sse_latency(clients, writer()))
+        # Each stack of uvicorn, the floor (bench/sse_floor.py) then Django's
+        # stream_response, back to back so that the machine's load is alike.
+        for http, loop in server_stacks():
+            for server in ("floor", "django"):
+                figures = sse_latency(clients, writer(), server=server, http=http, loop=loop)
+                tag = f"{server}_{http}_{loop}"
+                out.update({f"{key}.{tag}": value for key, value in figures.items()})
     if "worker" in parts:
         out.update(worker_beside_writes())
     return out
@@ -203,16 +211,21 @@ def many_streams(streams: int = 100, per: int = 100) -> dict:
 
 def beside(kind: str, rate: int) -> None:
     """``--beside KIND RATE``: write up to ``rate`` items a second (a stream's writes, or
-    the raw INSERTs of the same rows) on a schedule, until stdin closes; print how many
-    and for how long. A process of its own, so it takes what such writes take of the
-    machine and no more (it sleeps between writes)."""
+    the raw INSERTs of the same rows) on a schedule, until stdin closes; print how many,
+    for how long, and the CPU seconds this process and its PostgreSQL backend used. A
+    process of its own, so it takes what such writes take of the machine and no more
+    (it sleeps between writes)."""
     from django.db import connection
 
     setup()
     target = writer("beside") if kind == "stream" else running_run()
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
     print("ready", flush=True)
+    cpu = _cpu_seconds(os.getpid()) + _cpu_seconds(backend)
     started, count = time.monotonic(), 0
     with connection.cursor() as cursor:
         while not stop.is_set():
@@ -225,49 +238,85 @@ def beside(kind: str, rate: int) -> None:
             else:
                 cursor.execute(RAW_INSERT, [target.id, "raw", count, json.dumps(count)])
             count += 1
-    print(json.dumps({"items": count, "seconds": time.monotonic() - started}), flush=True)
+    seconds = time.monotonic() - started
+    cpu = _cpu_seconds(os.getpid()) + _cpu_seconds(backend) - cpu
+    print(json.dumps({"items": count, "seconds": seconds, "cpu": cpu}), flush=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (PostgreSQL runs on this
+    machine: its backend's are readable too)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# The paces of the writing process beside worker_c4: an LLM's tokens for one run (tens
+# a second), and a thousand a second (dozens of such runs at once).
+BESIDE_RATES = (50, 1000)
 
 
 def worker_beside_writes(rounds: int = 5, runs: int = 2000) -> dict:
     """worker_c4 (bench/durable_suite.py's burst of 2,000 two-step runs, 4 threads)
-    alone, beside a process writing ``BESIDE_RATE`` stream items a second, and beside one
-    making as many raw INSERT + COMMITs of the same rows: in turns, ``rounds`` times,
-    the median of each (the machine's load moves single bursts by +-30%). On a machine
-    of 2 cores the writing process takes CPU from the worker and PostgreSQL whatever it
-    writes: the stream/raw ratio says what a stream's writes cost the claim beyond that
-    (locks, indexes, the runs table, the NOTIFYs)."""
+    alone, and beside a process writing a stream at each of ``BESIDE_RATES`` items a
+    second, and beside one making as many raw INSERT + COMMITs of the same rows (the
+    control: the same rows, no stream), in turns, ``rounds`` times; the median of each
+    (the machine's load moves single bursts by +-30%).
+
+    What is fair: the worker and PostgreSQL take both cores of this machine, so any
+    process beside them takes CPU from the worker in proportion to what it does,
+    whatever it is (``*_cpu_share``: the writing process's and its backend's CPU
+    seconds per second, against the machine's 2). At a token pace (50 a second) a
+    stream's writer takes ~1% of the machine: the ratio to alone is the target
+    (>= 0.95x). At 1,000 a second it takes a share that no design of the write avoids
+    on 2 cores: there the ratio to the raw INSERTs of the same rows at the same pace
+    says what the stream costs the claim beyond storing its rows (locks, the stream
+    row, the NOTIFYs)."""
     from bench.durable_suite import run_worker_burst
 
-    figures: dict[str, list[float]] = {"alone": [], "stream": [], "raw": []}
-    rates: dict[str, list[float]] = {"stream": [], "raw": []}
+    kinds = [(kind, rate) for rate in BESIDE_RATES for kind in ("stream", "raw")]
+    figures: dict[str, list[float]] = {"alone": [], **{f"{k}_{r}": [] for k, r in kinds}}
+    rates: dict[str, list[float]] = {f"{k}_{r}": [] for k, r in kinds}
+    cpu: dict[str, list[float]] = {f"{k}_{r}": [] for k, r in kinds}
     for _ in range(rounds):
         figures["alone"].append(run_worker_burst("bench_two_steps", runs, 4))
-        for kind in ("stream", "raw"):
+        for kind, rate in kinds:
             proc = subprocess.Popen(
-                [sys.executable, __file__, "--beside", kind, str(BESIDE_RATE)],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                [sys.executable, __file__, "--beside", kind, str(rate)],
+                cwd=ROOT, env={**os.environ, "PYTHONPATH": _pythonpath()},
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
             try:
                 assert proc.stdout.readline().strip() == "ready"
-                figures[kind].append(run_worker_burst("bench_two_steps", runs, 4))
+                figures[f"{kind}_{rate}"].append(run_worker_burst("bench_two_steps", runs, 4))
                 out, _ = proc.communicate("", timeout=60)
             finally:
                 proc.kill()
             done = json.loads(out.strip().splitlines()[-1])
-            rates[kind].append(done["items"] / done["seconds"])
-    best = {kind: statistics.median(values) for kind, values in figures.items()}
-    return {
-        "worker_c4": round(best["alone"]),
-        "worker_c4_beside_stream": round(best["stream"]),
-        "worker_c4_beside_raw_inserts": round(best["raw"]),
-        "worker_c4_stream_ratio": round(best["stream"] / best["alone"], 3),
-        "worker_c4_raw_ratio": round(best["raw"] / best["alone"], 3),
-        "worker_c4_stream_vs_raw": round(best["stream"] / best["raw"], 3),
-        "beside_items_per_s": round(statistics.mean(rates["stream"])),
-        "beside_raw_per_s": round(statistics.mean(rates["raw"])),
-        "worker_c4_all": {k: [round(v) for v in vals] for k, vals in figures.items()},
-    }
+            rates[f"{kind}_{rate}"].append(done["items"] / done["seconds"])
+            cpu[f"{kind}_{rate}"].append(done["cpu"] / done["seconds"] / 2)
+    best = {key: statistics.median(values) for key, values in figures.items()}
+    out: dict = {"worker_c4": round(best["alone"])}
+    for rate in BESIDE_RATES:
+        stream, raw = best[f"stream_{rate}"], best[f"raw_{rate}"]
+        mean = {key: statistics.mean(values[f"{kind}_{rate}"]) for key, values, kind in (
+            ("items", rates, "stream"), ("raw", rates, "raw"),
+            ("cpu", cpu, "stream"), ("raw_cpu", cpu, "raw"),
+        )}  # fmt: skip
+        out.update(
+            {
+                f"worker_c4_beside_stream_{rate}": round(stream),
+                f"worker_c4_beside_raw_{rate}": round(raw),
+                f"worker_c4_stream_{rate}_ratio": round(stream / best["alone"], 3),
+                f"worker_c4_raw_{rate}_ratio": round(raw / best["alone"], 3),
+                f"worker_c4_stream_{rate}_vs_raw": round(stream / raw, 3),
+                f"beside_stream_{rate}_items_per_s": round(mean["items"]),
+                f"beside_raw_{rate}_per_s": round(mean["raw"]),
+                f"beside_stream_{rate}_cpu_share": round(mean["cpu"], 3),
+                f"beside_raw_{rate}_cpu_share": round(mean["raw_cpu"], 3),
+            }
+        )
+    out["worker_c4_all"] = {k: [round(v) for v in vals] for k, vals in figures.items()}
+    return out
 
 
 def _free_port() -> int:
@@ -276,12 +325,47 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
+def _pythonpath() -> str:
+    """The checkout first, then whatever PYTHONPATH the bench was started with."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def server_stacks() -> list[tuple[str, str]]:
+    """The (http, loop) stacks of uvicorn to measure: pure Python (h11, asyncio), and
+    ``uvicorn[standard]``'s (httptools, uvloop) where installed: what a deployment of
+    an ASGI server for many SSE clients runs (docs/streams.md, "Deployment")."""
+    stacks = [("h11", "asyncio")]
+    if _has("httptools") and _has("uvloop"):
+        stacks.append(("httptools", "uvloop"))
+    return stacks
+
+
+def sse_latency(
+    clients: int,
+    w,
+    processes: int = 2,
+    rounds: int = 20,
+    *,
+    server: str = "django",
+    http: str = "h11",
+    loop: str = "asyncio",
+) -> dict:
     """Write ``rounds`` items, 0.5 s apart, to a stream that ``clients`` SSE clients of
-    one uvicorn process wait on; the clients run in ``processes`` processes of their
-    own (bench/sse_clients.py). A sample is (when a client read the item's ``id:``
-    line) - (when the write returned, i.e. after its commit), on the system's
-    monotonic clock, for each client and item."""
+    one uvicorn process (``--http``, ``--loop``) wait on; the clients run in
+    ``processes`` processes of their own (bench/sse_clients.py). A sample is (when a
+    client read the item's ``id:`` line) - (when the write returned, i.e. after its
+    commit), on the system's monotonic clock, for each client and item.
+
+    ``server="floor"``: the same clients and rounds against bench/sse_floor.py (no
+    Django, no database: one frame handed to every client when the bench asks), the
+    sample from just before the bench's request: what this machine's server process
+    and kernel take to send one event to ``clients`` sockets."""
     import queue
 
     from django.db import connection
@@ -293,10 +377,12 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
         "DURABLE_TEST_DB": "postgres",
         "DURABLE_SUBPROCESS_DB_NAME": DATABASE,
         "DURABLE_APPLICATION_NAME": app,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": _pythonpath(),
     }
+    target = "bench.sse_floor:app" if server == "floor" else "tests.asgi:application"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.asgi:application", "--port", str(port),
+        [sys.executable, "-m", "uvicorn", target, "--port", str(port),
+         "--http", http, "--loop", loop,
          "--log-level", "warning", "--no-access-log", "--timeout-keep-alive", "120",
          "--backlog", str(clients * 2)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -315,6 +401,11 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
             )
             return cursor.fetchone()[0]
 
+    def fire(offset: int) -> None:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(f"GET /fire/{offset} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            sock.recv(1024)
+
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -324,7 +415,7 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-    path = f"/astreams/{w._run.id}/{w.name}/"
+    path = "/sse" if server == "floor" else f"/astreams/{w._run.id}/{w.name}/"  # a new run
     before = rss()
     lines: queue.Queue = queue.Queue()
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
@@ -363,15 +454,29 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
         for _ in readers:
             assert next_line(300).strip() == "connected"
         time.sleep(2)  # every reader waits
-        held = sessions()
+        held = sessions() if server != "floor" else 0
         idle_rss = rss()
         committed: dict[int, float] = {}
         called: dict[int, float] = {}
+        profile, spy = os.environ.get("BENCH_SSE_PROFILE"), None  # py-spy's output folder
+        if profile:
+            spy = subprocess.Popen(
+                ["py-spy", "record", "-p", str(proc.pid), "-r", "250", "-f", "raw",
+                 "-d", str(int(rounds * 0.5) + 2), "-o", f"{profile}/{server}_{http}.txt"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            time.sleep(1)
         for i in range(rounds):
-            called[i] = time.monotonic()
-            w.write(i)
-            committed[i] = time.monotonic()
+            offset = i
+            called[offset] = time.monotonic()
+            if server == "floor":
+                fire(offset)
+            else:
+                w.write(i)
+            committed[offset] = time.monotonic() if server != "floor" else called[offset]
             time.sleep(0.5)
+        if spy is not None:
+            spy.wait(60)
         seen: dict[int, list[float]] = {}
         for _ in readers:
             for offset, times in json.loads(next_line(120)).items():
@@ -384,6 +489,9 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
         proc.wait(10)
     latencies = sorted(t - committed[o] for o, times in seen.items() for t in times)
     from_call = sorted(t - called[o] for o, times in seen.items() for t in times)
+    # The spread of one event: from the first client's read to the last one's.
+    spreads = sorted(max(times) - min(times) for times in seen.values())
+    firsts = sorted(min(times) - committed[o] for o, times in seen.items())
 
     def pct(values: list[float], q: float) -> float:
         return round(values[min(len(values) - 1, int(len(values) * q))] * 1000, 1)
@@ -397,6 +505,14 @@ def sse_latency(clients: int, w, processes: int = 4, rounds: int = 20) -> dict:
         "write_to_reader_p99_ms": pct(latencies, 0.99),
         "write_to_reader_max_ms": pct(latencies, 1.0),
         "write_call_to_reader_p99_ms": pct(from_call, 0.99),
+        "event_spread_p50_ms": pct(spreads, 0.5),
+        "event_spread_max_ms": pct(spreads, 1.0),
+        "first_reader_p50_ms": pct(firsts, 0.5),
+        "first_reader_max_ms": pct(firsts, 1.0),
+        # Each event's first and last client, in ms after its write.
+        "by_event_first_last_ms": [
+            [round((f(seen[o]) - committed[o]) * 1000) for f in (min, max)] for o in sorted(seen)
+        ],
         "write_to_reader_samples": len(latencies),
         "write_to_reader_expected": clients * rounds,
     }
@@ -418,7 +534,7 @@ if __name__ == "__main__":
         [sys.executable, __file__, "--measure", "--clients", str(clients)]
         + ["--only", ",".join(only)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": _pythonpath()},
         capture_output=True,
         text=True,
     )

@@ -17,6 +17,7 @@ request).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -40,6 +41,7 @@ __all__ = ["event_data", "event_text", "stream_response"]
 
 CLOSE = "event: close\ndata: \n\n"
 HEARTBEAT = ": keep-alive\n\n"
+_CLOSE, _HEARTBEAT = CLOSE.encode(), HEARTBEAT.encode()
 
 
 # ``<``, ``>`` and ``&`` as JSON escapes: the same value when parsed, and no markup
@@ -83,30 +85,45 @@ def _sync_events(run_id, name: str, after: int) -> Iterator[str]:
     yield CLOSE
 
 
-async def _async_events(run_id, name: str, after: int) -> AsyncIterator[str]:
+# The frames of the items async readers sent last, by (run, stream, offset): the
+# readers of a stream woken by one write get the same item from one shared read, and
+# the first of them encodes its frame for all (an item at an offset never changes).
+# Bounded, oldest out first.
+_frames: dict[tuple, bytes] = {}
+FRAMES_KEPT = 4096
+
+
+def _frame(run_id, name: str, item: StreamItem) -> bytes:
+    key = (run_id, name, item.offset)
+    frame = _frames.get(key)
+    if frame is None:
+        frame = _frames[key] = event_text(item).encode()
+        if len(_frames) > FRAMES_KEPT:
+            # Loops of other threads may trim at the same time: whoever trims, once.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del _frames[next(iter(_frames))]
+    return frame
+
+
+async def _async_events(run_id, name: str, after: int) -> AsyncIterator[bytes]:
     # Django's StreamingHttpResponse takes a TypeError out of an async body for "not an
     # async iterator" and iterates it again as a sync one, which hides the real error:
     # ours (a bad connection option, a bug) leaves as a RuntimeError naming it.
     try:
-        async for text in _async_body(run_id, name, after):
-            yield text
+        yield _HEARTBEAT
+        while True:
+            try:
+                async for item in aread_stream(run_id, name, after=after, timeout=_heartbeat()):
+                    after = item.offset
+                    yield _frame(run_id, name, item)
+                if await astream_ended(run_id, name, after):
+                    break
+            except Run.DoesNotExist:
+                break
+            yield _HEARTBEAT
+        yield _CLOSE
     except TypeError as exc:
         raise RuntimeError(f"the stream's events failed: {exc!r}") from exc
-
-
-async def _async_body(run_id, name: str, after: int) -> AsyncIterator[str]:
-    yield HEARTBEAT
-    while True:
-        try:
-            async for item in aread_stream(run_id, name, after=after, timeout=_heartbeat()):
-                after = item.offset
-                yield event_text(item)
-            if await astream_ended(run_id, name, after):
-                break
-        except Run.DoesNotExist:
-            break
-        yield HEARTBEAT
-    yield CLOSE
 
 
 def stream_response(

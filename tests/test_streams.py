@@ -433,3 +433,65 @@ def test_a_wsgi_view_streams_events_and_ends_with_close(define, client):
     assert 'id: 1\nevent: value\ndata: "b"\n\n' in body
     assert "id: 0\n" not in body
     assert body.endswith("event: close\ndata: \n\n")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_readers_of_a_stream_written_fast_get_each_item_once_in_order(define):
+    """Many async readers on one event loop, started at different offsets while a thread
+    writes as fast as it can: rung readers share the reads begun at each ring, and a
+    ring that comes while a reader is still yielding an earlier answer must not hand it
+    an answer for an offset it has passed (each item exactly once, in order)."""
+    import asyncio
+    import threading
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
+    total = 60
+    started = threading.Event()
+
+    def write_all() -> None:
+        try:
+            out = StreamWriter(run, "first", 0, "fast")
+            out.write(0)
+            started.set()
+            for value in range(1, total):
+                out.write(value)
+            out.close()
+        finally:
+            connections.close_all()
+
+    async def reader(after):
+        seen = []
+        async for item in durable.aread_stream(run.id, "fast", after=after, timeout=30):
+            seen.append(item.offset)
+        return after, seen
+
+    async def main():
+        thread = threading.Thread(target=write_all)
+        thread.start()
+        await sync_to_async(started.wait, thread_sensitive=False)(30)
+        tasks = [asyncio.create_task(reader(None)) for _ in range(20)]
+        tasks += [asyncio.create_task(reader(k % 5)) for k in range(20)]
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        await sync_to_async(thread.join, thread_sensitive=False)(30)
+        return results
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        # The read threads keep their connections: close them (each thread runs one).
+        from django_durable.runtime import stream_reader
+
+        barrier = threading.Barrier(stream_reader.READ_THREADS)
+
+        def close() -> None:
+            barrier.wait(30)
+            connections.close_all()
+
+        for done in [stream_reader._reads.submit(close) for _ in range(barrier.parties)]:
+            done.result(60)
+    for after, seen in results:
+        first = 0 if after is None else after + 1
+        assert seen == list(range(first, total)), (after, seen)

@@ -21,6 +21,8 @@ import contextlib
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
@@ -35,37 +37,120 @@ RECHECK = 5.0
 
 
 class Waiter:
-    """One reader's doorbell: registered for a (run, stream), rung by the listener."""
+    """One reader's doorbell: registered for a (run, stream), rung by the listener. A
+    sync reader's is a ``threading.Event``; an async reader's lives on its loop: a
+    flag and, while the reader waits, one future (no task per wait: a thousand readers
+    of a stream woken by each write would make a thousand).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop | None = None):
+    An async reader may give ``on_ring``: the async waiters of a loop rung together
+    with the same ``key`` (what they read next) are handed to
+    ``on_ring(key, waiters)``, which sets them (``set``) when it likes, with what it
+    read for them and for which key (``runtime.stream_reader``: one read for all,
+    before they wake)."""
+
+    __slots__ = (
+        "loop", "event", "_rung", "_future", "key", "on_ring", "fetched",
+        "_deadline", "_timer", "_timer_at",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | None = None,
+        on_ring: Callable[[Any, list[Waiter]], None] | None = None,
+    ):
         self.loop = loop
-        self.event: asyncio.Event | threading.Event = (
-            asyncio.Event() if loop is not None else threading.Event()
-        )
+        self.event: threading.Event | None = threading.Event() if loop is None else None
+        self._rung = False
+        self._future: asyncio.Future | None = None
+        self.key: Any = None
+        self.on_ring = on_ring
+        self.fetched: Any = None
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def clear(self) -> None:
-        self.event.clear()
+        if self.event is not None:
+            self.event.clear()
+        else:
+            self._rung = False
+            self.fetched = None
+
+    def set(self, fetched: Any = None) -> None:
+        """Ring an async waiter (on its loop), with what was read for it, if anything."""
+        self._rung = True
+        self.fetched = fetched
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Until rung (now, if it was since ``clear``) or ``timeout`` seconds passed
+        (async waiters)."""
+        if self._rung:
+            return
+        loop = self.loop
+        self._deadline = None if timeout is None else loop.time() + timeout
+        # The timer of an earlier wait is kept while it is due no later than this
+        # deadline (when it fires early, it sets itself again for the deadline): a
+        # reader woken at each write arms no new timer each time (a thousand readers
+        # would push and cancel a thousand heap entries per write).
+        if self._deadline is not None and (self._timer is None or self._timer_at > self._deadline):
+            self._arm(self._deadline)
+        future = self._future = loop.create_future()
+        try:
+            await future
+        finally:
+            self._future = None
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self.loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        future, deadline = self._future, self._deadline
+        if future is None or future.done() or deadline is None:
+            return  # not waiting: the next wait arms a timer
+        if self.loop.time() + 0.001 < deadline:
+            self._arm(deadline)  # armed by an earlier wait: not due yet
+        else:
+            future.set_result(None)
+
+    def close(self) -> None:
+        """The reader is done: drop its timer."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def ring(waiters: list[Waiter]) -> None:
     """Ring ``waiters``: a sync reader's event at once, the async readers of each event
     loop together, in one callback on that loop (one wake-up of the loop for a
     thousand readers of a stream, not one each)."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[Waiter]] = {}
     for waiter in waiters:
         if waiter.loop is None:
             waiter.event.set()
         else:
-            by_loop.setdefault(waiter.loop, []).append(waiter.event)
-    for loop, events in by_loop.items():
+            by_loop.setdefault(waiter.loop, []).append(waiter)
+    for loop, rung in by_loop.items():
         # A closed loop (RuntimeError): its readers are gone.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_set_all, events)
+            loop.call_soon_threadsafe(_set_all, rung)
 
 
-def _set_all(events: list[asyncio.Event]) -> None:
-    for event in events:
-        event.set()
+def _set_all(waiters: list[Waiter]) -> None:
+    groups: dict[tuple, list[Waiter]] = {}
+    for waiter in waiters:
+        if waiter.on_ring is None:
+            waiter.set()
+        else:
+            groups.setdefault((waiter.on_ring, waiter.key), []).append(waiter)
+    for (on_ring, key), rung in groups.items():
+        on_ring(key, rung)
 
 
 class StreamListener(Notifier):

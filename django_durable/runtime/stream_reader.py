@@ -13,12 +13,13 @@ transaction) and closes it before it waits, unless a transaction is open on it. 
 async reader reads on one of ``READ_THREADS`` threads shared by every async reader of
 the process, each keeping its connection: a thousand waiting clients of an ASGI
 process hold those connections and the listener's, no more, and no thread each.
+When the listener rings the async readers of a stream, one read for all those at
+the same offset begins at once, and each wakes once, with its answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -141,19 +142,66 @@ class _Cursor:
         return pause if remaining is None else min(pause, remaining)
 
 
-# The reads in flight on each event loop, by (run, stream, after): the readers of a
-# stream woken by one write ask the same question, and one read answers them all.
-_shared: dict[tuple, asyncio.Future] = {}
+class _Read:
+    """One read in flight on an event loop, shared by the async readers that ask the
+    same question (run, stream, after); ``started`` once its thread began it."""
+
+    __slots__ = ("future", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+
+
+# The latest read of each (loop, run, stream, after) in flight.
+_shared: dict[tuple, _Read] = {}
+
+
+def _start_read(run_id: uuid.UUID, name: str, after: int, *, fresh: bool) -> asyncio.Future:
+    """The read of the items after ``after`` (``_fetch``'s answer, as a future on this
+    loop), shared with whoever asks the same until it is answered. ``fresh``: it
+    must begin from now on (a NOTIFY came in: a read already under way may have begun
+    before that write's commit), so a read not yet begun is joined, not one under way.
+    """
+    loop = asyncio.get_running_loop()
+    key = (loop, run_id, name, after)
+    shared = _shared.get(key)
+    if shared is not None and not (fresh and shared.started):
+        return shared.future
+    read = _shared[key] = _Read()
+
+    def begin() -> tuple[list[StreamItem], bool, bool]:
+        read.started = True
+        return _fetch(run_id, name, after)
+
+    read.future = asyncio.ensure_future(_off_loop(begin))
+
+    def done(_) -> None:
+        if _shared.get(key) is read:
+            del _shared[key]
+
+    read.future.add_done_callback(done)
+    return read.future
 
 
 async def _shared_fetch(run_id: uuid.UUID, name: str, after: int):
-    key = (asyncio.get_running_loop(), run_id, name, after)
-    future = _shared.get(key)
-    if future is None:
-        future = asyncio.ensure_future(_off_loop(lambda: _fetch(run_id, name, after)))
-        _shared[key] = future
-        future.add_done_callback(lambda _: _shared.pop(key, None))
-    return await asyncio.shield(future)
+    return await asyncio.shield(_start_read(run_id, name, after, fresh=False))
+
+
+def _read_for_rung(key: tuple[str, str, int], waiters: list[Waiter]) -> None:
+    """The listener rang these async readers of one stream, all to read after the same
+    offset (``key``): one read for them all, begun now, and each is woken once it is
+    answered, with its answer, rather than a thousand readers each waking to join one
+    read and waking again when it is answered."""
+    run, name, after = key
+    read = _start_read(uuid.UUID(run), name, after, fresh=True)
+
+    def answered(_) -> None:
+        if not read.cancelled():
+            read.exception()  # retrieved: each reader that takes it raises it itself
+        for waiter in waiters:
+            waiter.set((key, read))
+
+    read.add_done_callback(answered)
 
 
 def stream_ended(run_id: uuid.UUID, name: str, after: int) -> bool:
@@ -257,17 +305,26 @@ async def aread_stream(
     await _off_loop(lambda: _exists(run_id, name))
     cursor = _Cursor(run_id, name, after, timeout)
     active = await _off_loop(listener) if timeout != 0 else None
-    waiter = Waiter(asyncio.get_running_loop())
+    waiter = Waiter(asyncio.get_running_loop(), on_ring=_read_for_rung)
+    run = str(run_id)  # in the waiter's key: a str hashes and compares in C, a UUID not
+    waiter.key = (run, name, cursor.after)
     if active is not None:
         active.add(run_id, name, waiter)
     try:
         while True:
+            # What was read for this reader when it was rung: a read begun after the
+            # ring, used if it read after the offset this reader is at now (the ring
+            # may have come while the reader was yielding an earlier answer).
+            rung = waiter.fetched
+            read = rung[1] if rung is not None and rung[0] == (run, name, cursor.after) else None
             waiter.clear()
             try:
-                fetched = await _shared_fetch(run_id, name, cursor.after)
+                if read is not None:
+                    fetched = read.result()
+                else:
+                    fetched = await _shared_fetch(run_id, name, cursor.after)
             except OUTAGE as exc:  # _pooled dropped the read thread's connection
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), cursor.retry_after(exc))
+                await waiter.wait(cursor.retry_after(exc))
                 continue
             items, ended = cursor.take(fetched)
             for item in items:
@@ -280,10 +337,9 @@ async def aread_stream(
             if remaining == 0:
                 return
             pause = recheck_after(active)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    waiter.event.wait(), pause if remaining is None else min(pause, remaining)
-                )
+            waiter.key = (run, name, cursor.after)
+            await waiter.wait(pause if remaining is None else min(pause, remaining))
     finally:
+        waiter.close()
         if active is not None:
             active.remove(run_id, name, waiter)
