@@ -122,6 +122,7 @@ def claim_slots_query(ids: list[str]) -> str:
         "v_queues": _sql_array([r.queue for r in runs], "text"),
         "v_workflows": _sql_array([r.workflow for r in runs], "text"),
         "v_keys": _sql_array([r.flow_key for r in runs], "text"),
+        "v_key_slots": _sql_array([r.flow_slot for r in runs], "integer"),
         "v_rate_slots": f"array_fill(NULL::integer, ARRAY[{len(ids)}])",
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_SLOTS)

@@ -117,22 +117,32 @@ BEGIN
                     LIMIT 1) AS nxt
                 WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
             ),
-            taken AS (
+            taken AS (  -- a pair with a due run, its key's lock tried, and a free slot's if limited
                 SELECT walk.* FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
                        AS l(workflow, key_cap, rate) USING (workflow)
-                WHERE walk.n > 0 AND CASE  -- in this order: the lock is tried last
+                CROSS JOIN LATERAL (SELECT length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key)
+                      AS k(scope)
+                WHERE walk.n > 0 AND CASE  -- in this order: the locks are tried last
                     WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
                               OR walk.workflow LIKE ANY (p_prefixes)) THEN false
-                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name  -- a due run
-                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow
+                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name  -- a due run no
+                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow  -- other claims
                             AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
-                          ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1) IS NULL THEN false
+                          ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL
+                         THEN false
                     WHEN l.key_cap IS NULL AND l.rate IS NULL THEN true
-                    WHEN l.rate IS NULL THEN pg_try_advisory_xact_lock_shared(hashtextextended(
-                         'django_durable.flow_key:' || length(walk.workflow) || ':' || walk.workflow
-                         || ':' || walk.flow_key, 0))
-                    ELSE pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_key:'
-                         || length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key, 0))
+                    WHEN l.rate IS NOT NULL THEN
+                         pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_key:' || k.scope, 0))
+                    WHEN NOT pg_try_advisory_xact_lock_shared(hashtextextended('django_durable.flow_key:'
+                         || k.scope, 0)) THEN false
+                    ELSE EXISTS (  -- the first free slot whose lock it gets (the claimers spread)
+                        SELECT 1 FROM (SELECT generate_series(0, l.key_cap - h.extra - 1) AS s, h.held FROM (
+                            SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
+                                   count(*) FILTER (WHERE h.flow_slot IS NULL OR h.flow_slot >= l.key_cap)
+                            FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
+                               AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, extra)) AS g
+                        WHERE CASE WHEN g.s = ANY (g.held) THEN false ELSE pg_try_advisory_xact_lock(
+                              hashtextextended('django_durable.flow_slot:' || k.scope || ':' || g.s, 0)) END)
                     END
                 LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
             )
