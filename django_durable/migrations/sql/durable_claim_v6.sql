@@ -1,24 +1,23 @@
 -- durable_claim_v6: a worker's claim of up to p_limit due runs in one call, with every
--- limit (docs/flow-control.md). Created by 0.4's 0010_0_4_expand_claim_v6.
+-- limit (docs/flow-control.md). Created by 0.4's migration 0010_0_4_expand_claim_v6.
 --
 -- The limits are database rules: a claimed run of a limited scope (a queue's or a
 -- workflow's concurrency, a key's concurrency_per_key) takes a free slot below the
 -- limit, which a partial unique index keeps to one run holding a worker; a begin under
--- rate_per_key takes a rate slot free for `per` (a conditional upsert). This function
--- makes a refusal rare: a queue's and a workflow's advisory lock waited for (in name
--- order), then their room counted in a new statement (READ COMMITTED, which the store
--- sets), floored at 0. A key under concurrency_per_key is shared: each claimer tries a
--- lock per free slot it takes, so claimers of one hot key take distinct slots at once,
--- and the claim's last statement drops a slot committed meanwhile. A key's lock is
--- tried, a key held elsewhere skipped: exclusive under rate_per_key (its rate slots),
--- else shared (it keeps out durable_claim_v5, which takes it exclusive, in a rolling
--- deploy). 1. The open queues, their room. 2. The gate on runs due: none with a flow
--- key or of a workflow-wide limit -> 3. the fast path. 4. Else per queue its (flow key,
--- workflow) pairs in turns from its pointer, by a loose scan of durable_run_flow, up to
--- its room, with the runs without a key as one more pair; one statement takes their due
--- runs and slots in claim order (priority, round, turn), and moves the pointers. 5. The
--- rate slots, each run's slots, one UPDATE. Plans kept per session; jit off (the
--- generic cost is above jit_above_cost); incremental sort off (index order).
+-- rate_per_key takes a rate slot free for `per` (a conditional upsert). The locks make
+-- a refusal rare. A queue's and a workflow's advisory lock are waited for (in name
+-- order), their room counted in a new statement (READ COMMITTED, which the store sets).
+-- A key's slots are shared: a claimer takes the free ones whose lock it gets (tried),
+-- so claimers of one hot key claim at once, and the last statement drops a slot
+-- committed since it was read free. A key's lock is tried: exclusive under
+-- rate_per_key, else shared (v5 takes it exclusive: the two never share a key).
+-- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of
+-- a workflow-wide limit -> 3. the fast path. 4. Else per queue its (flow key, workflow)
+-- pairs in turns from its pointer (a loose scan of durable_run_flow), each with a due
+-- run no other claim holds and a free slot, up to its room, the runs without a key as
+-- one more pair; one statement takes their runs in claim order (priority, round, turn)
+-- and moves the pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept
+-- per session; jit off; incremental sort off (index order).
 CREATE OR REPLACE FUNCTION durable_claim_v6(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
@@ -47,8 +46,9 @@ DECLARE
     v_keyed boolean;  -- a flow-keyed run due in a queue with room
     v_name text;  v_left integer;
     -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
-    -- without one), workflow, place in the queue's turn.
+    -- without one), workflow, place in the queue's turn
     v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
+    v_ps text[] := '{}';  -- and its key's slots locked ('{}': no limit), as text
     -- The runs to claim: their ids, queues, workflows, flow keys, key slots, rate slots.
     v_ids uuid[];  v_queues text[];  v_workflows text[];  v_keys text[];  v_key_slots integer[];
     v_rate_slots integer[];
@@ -67,23 +67,22 @@ BEGIN
     IF v_open IS NULL THEN RETURN; END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || o, 0))  -- in name order
     FROM (SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o) AS o;
-    -- After the locks, a new statement: a snapshot with the claims committed before them.
-    SELECT array_agg(CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
-               SELECT count(*) FROM durable_run AS h
-               WHERE h.queue = o.name AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0)
-           END ORDER BY o.name) INTO v_room
-    FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name);
-    -- 2. The gate, on runs due.
-    SELECT ARRAY(
-        SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
-        WHERE f.cap IS NOT NULL AND EXISTS (
-            SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
-               AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
-        ORDER BY f.name),
-        EXISTS (SELECT 1 FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 AND EXISTS (
-            SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
-               AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
-    INTO v_capped, v_keyed;
+    -- After the locks, a new statement (its snapshot has the claims committed before
+    -- them): each queue's room, never below 0; 2. the gate, on runs due.
+    WITH o AS (SELECT o.name, CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
+                          SELECT count(*) FROM durable_run AS h WHERE h.queue = o.name
+                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0) END AS room
+               FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name))
+    SELECT (SELECT array_agg(o.room ORDER BY o.name) FROM o), ARRAY(
+               SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
+               WHERE f.cap IS NOT NULL AND EXISTS (
+                   SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
+                      AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
+               ORDER BY f.name),
+           EXISTS (SELECT 1 FROM o WHERE o.room > 0 AND EXISTS (
+               SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
+                  AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
+    INTO v_room, v_capped, v_keyed;
     IF cardinality(v_capped) = 0 AND NOT v_keyed THEN  -- 3. Fast path.
         SELECT array_agg(p.id), array_agg(p.queue), array_agg(p.workflow) INTO v_ids, v_queues, v_workflows
         FROM (SELECT p.* FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
@@ -117,46 +116,49 @@ BEGIN
                     LIMIT 1) AS nxt
                 WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
             ),
-            taken AS (  -- a pair with a due run, its key's lock tried, and a free slot's if limited
-                SELECT walk.* FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
+            taken AS (  -- a pair with a due run no other claim holds, its key's lock and slots
+                SELECT walk.*, t.slots FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
                        AS l(workflow, key_cap, rate) USING (workflow)
                 CROSS JOIN LATERAL (SELECT length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key)
                       AS k(scope)
-                WHERE walk.n > 0 AND CASE  -- in this order: the locks are tried last
+                CROSS JOIN LATERAL (SELECT CASE  -- in this order, the locks last; NULL: not taken
                     WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
-                              OR walk.workflow LIKE ANY (p_prefixes)) THEN false
-                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name  -- a due run no
-                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow  -- other claims
+                              OR walk.workflow LIKE ANY (p_prefixes)) THEN NULL
+                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name
+                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow
                             AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
                           ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL
-                         THEN false
-                    WHEN l.key_cap IS NULL AND l.rate IS NULL THEN true
-                    WHEN l.rate IS NOT NULL THEN
-                         pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_key:' || k.scope, 0))
-                    WHEN NOT pg_try_advisory_xact_lock_shared(hashtextextended('django_durable.flow_key:'
-                         || k.scope, 0)) THEN false
-                    ELSE EXISTS (  -- the first free slot whose lock it gets (the claimers spread)
-                        SELECT 1 FROM (SELECT generate_series(0, l.key_cap - h.extra - 1) AS s, h.held FROM (
+                         THEN NULL
+                    WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(
+                         hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
+                    WHEN l.key_cap IS NULL THEN '{}'::integer[]
+                    WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(
+                         hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
+                    ELSE ARRAY(  -- the free slots below the limit whose lock it gets, up to the room
+                        SELECT g.s FROM (SELECT generate_series(0, l.key_cap - h.extra - 1) AS s, h.held FROM (
                             SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
                                    count(*) FILTER (WHERE h.flow_slot IS NULL OR h.flow_slot >= l.key_cap)
                             FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
                                AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, extra)) AS g
                         WHERE CASE WHEN g.s = ANY (g.held) THEN false ELSE pg_try_advisory_xact_lock(
-                              hashtextextended('django_durable.flow_slot:' || k.scope || ':' || g.s, 0)) END)
-                    END
+                              hashtextextended('django_durable.flow_slot:' || k.scope || ':' || g.s, 0)) END
+                        LIMIT LEAST(v_left, p_limit))
+                    END) AS t(slots)  -- runs holding a worker without a slot below the limit take the top ones
+                WHERE walk.n > 0 AND (cardinality(t.slots) > 0 OR l.key_cap IS NULL AND t.slots IS NOT NULL)
                 LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
             )
             SELECT v_pq || array_agg(v_name), v_pk || array_agg(k), v_pw || array_agg(w),
-                   v_place || array_agg(place)
-            INTO v_pq, v_pk, v_pw, v_place
-            FROM (SELECT taken.flow_key, taken.workflow, taken.n::numeric FROM taken
+                   v_place || array_agg(place), v_ps || array_agg(ks::text)
+            INTO v_pq, v_pk, v_pw, v_place, v_ps
+            FROM (SELECT taken.flow_key, taken.workflow, taken.n::numeric, taken.slots FROM taken
                   UNION ALL  -- the runs without a flow key: in the turn of key '', at the wrap
                   SELECT NULL, NULL, COALESCE((SELECT min(n) FROM taken WHERE wrapped),
-                                              (SELECT max(n) + 1 FROM taken), 1) - 0.5
-                 ) AS x(k, w, place);
+                                              (SELECT max(n) + 1 FROM taken), 1) - 0.5, NULL
+                 ) AS x(k, w, place, ks);
         END LOOP;
-        -- After the locks: what each pair gives, each key's room counted once.
-        WITH pair AS (SELECT * FROM unnest(v_pq, v_pk, v_pw, v_place) AS p(queue, flow_key, workflow, place)),
+        -- What each pair gives; each key's slots taken once.
+        WITH pair AS (SELECT p.*, NULLIF(p.ks::integer[], '{}') AS slots  -- NULL: no key limit
+                      FROM unnest(v_pq, v_pk, v_pw, v_place, v_ps) AS p(queue, flow_key, workflow, place, ks)),
         lim AS (SELECT * FROM unnest(p_flow_workflows, p_key_caps, p_flow_caps, p_rates, p_pers)
                 AS l(workflow, key_cap, cap, rate, per)),
         cand AS MATERIALIZED (
@@ -175,32 +177,16 @@ BEGIN
                   AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
                 ORDER BY r.priority DESC, r.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED) AS c
         ),
-        key_room AS (  -- each key's slots, once: the free ones below its limit whose lock it got
-            SELECT k.workflow, k.flow_key, CASE WHEN lim.key_cap IS NOT NULL THEN ARRAY(
-                       SELECT g.s FROM (SELECT generate_series(0, lim.key_cap - h.extra - 1) AS s) AS g
-                       WHERE CASE WHEN g.s = ANY (h.held) THEN false  -- in this order: held, then lock
-                             ELSE pg_try_advisory_xact_lock(hashtextextended('django_durable.flow_slot:'
-                                  || length(k.workflow) || ':' || k.workflow || ':' || k.flow_key
-                                  || ':' || g.s, 0)) END
-                       LIMIT k.wanted)
-                   END AS slots,
+        key_room AS (  -- each key's slots (the most its pairs took: they took the same first ones)
+            SELECT DISTINCT ON (k.workflow, k.flow_key) k.workflow, k.flow_key, k.slots,
                    CASE WHEN lim.rate IS NOT NULL THEN ARRAY(
                        SELECT s FROM generate_series(0, lim.rate - 1) AS s WHERE NOT EXISTS (
                            SELECT 1 FROM durable_flow_rate_slot AS b WHERE b.workflow = k.workflow
                               AND b.flow_key = k.flow_key AND b.slot = s AND b.begun_at > v_now - lim.per)
                        ORDER BY s)
                    END AS free_rate
-            FROM (SELECT workflow, flow_key, count(*) AS wanted FROM cand WHERE flow_key IS NOT NULL
-                  GROUP BY workflow, flow_key) AS k
-            JOIN lim USING (workflow)
-            -- The key's runs holding a worker: their slots, and those without one below
-            -- the limit (claimed before it was declared, or lowered), whose room it takes.
-            CROSS JOIN LATERAL (
-                SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < lim.key_cap), '{}'),
-                       count(*) FILTER (WHERE h.flow_slot IS NULL OR h.flow_slot >= lim.key_cap)
-                FROM durable_run AS h WHERE lim.key_cap IS NOT NULL AND h.workflow = k.workflow
-                   AND h.flow_key = k.flow_key AND durable_holds_worker_v1(h.status, h.lease_expires_at)
-            ) AS h(held, extra)
+            FROM pair AS k JOIN lim USING (workflow) WHERE k.flow_key IS NOT NULL
+            ORDER BY k.workflow, k.flow_key, cardinality(k.slots) DESC
         ),
         ranked AS (
             SELECT cand.*, kr.slots, kr.free_rate, cand.started_at IS NULL AND kr.free_rate IS NOT NULL AS begins,
