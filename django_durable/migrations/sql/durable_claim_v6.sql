@@ -1,23 +1,14 @@
--- durable_claim_v6: a worker's claim of up to p_limit due runs in one call, with every
--- limit (docs/flow-control.md). Created by 0.4's migration 0010_0_4_expand_claim_v6.
---
--- The limits are database rules: a claimed run of a limited scope (a queue's or a
--- workflow's concurrency, a key's concurrency_per_key) takes a free slot below the
--- limit, which a partial unique index keeps to one run holding a worker; a begin under
--- rate_per_key takes a rate slot free for `per` (a conditional upsert). The locks make
--- a refusal rare. A queue's and a workflow's advisory lock are waited for (in name
--- order), their room counted in a new statement (READ COMMITTED, which the store sets).
--- A key's slots are shared: a claimer takes the free ones whose lock it gets (tried),
--- so claimers of one hot key claim at once, and the last statement drops a slot
--- committed since it was read free. A key's lock is tried: exclusive under
--- rate_per_key, else shared (v5 takes it exclusive: the two never share a key).
--- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of
--- a workflow-wide limit -> 3. the fast path. 4. Else per queue its (flow key, workflow)
--- pairs in turns from its pointer (a loose scan of durable_run_flow), each with a due
--- run no other claim holds and a free slot, up to its room, the runs without a key as
--- one more pair; one statement takes their runs in claim order (priority, round, turn)
--- and moves the pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept
--- per session; jit off; incremental sort off (index order).
+-- durable_claim_v6: a worker's claim of up to p_limit due runs, with every limit (docs/flow-control.md;
+-- docs/architecture.md, "Flow limits"). Created by 0.4's migration 0010_0_4_expand_claim_v6.
+-- A claimed run of a limited scope takes a free slot below its limit, which a partial unique index
+-- keeps to one run holding a worker; a begin under rate_per_key takes a rate slot free for `per`.
+-- The locks make a refusal rare: a queue's and a workflow's are waited for (in name order), their
+-- room counted after them (READ COMMITTED, which the store sets); a key's are tried, its slots'
+-- too (a key's slots are shared), and the last statement drops a slot committed since read free.
+-- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of a capped
+-- workflow -> 3. the fast path. 4. Else per queue its (flow key, workflow) pairs in turns from its
+-- pointer, up to its room; one statement takes their runs in claim order (priority, round, turn)
+-- and moves the pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept per session.
 CREATE OR REPLACE FUNCTION durable_claim_v6(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
@@ -45,10 +36,10 @@ DECLARE
     v_capped text[];  -- the workflows with a workflow-wide limit and a due run
     v_keyed boolean;  -- a flow-keyed run due in a queue with room
     v_name text;  v_left integer;
-    -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs
-    -- without one), workflow, place in the queue's turn
+    -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs without one),
+    -- workflow, place in the queue's turn, its key's slots locked ('{}': no limit) as text.
     v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
-    v_ps text[] := '{}';  -- and its key's slots locked ('{}': no limit), as text
+    v_ps text[] := '{}';
     -- The runs to claim: their ids, queues, workflows, flow keys, key slots, rate slots.
     v_ids uuid[];  v_queues text[];  v_workflows text[];  v_keys text[];  v_key_slots integer[];
     v_rate_slots integer[];
@@ -67,18 +58,17 @@ BEGIN
     IF v_open IS NULL THEN RETURN; END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.queue:' || o, 0))  -- in name order
     FROM (SELECT o FROM unnest(v_open) AS o WHERE o = ANY (p_limited) ORDER BY o) AS o;
-    -- After the locks, a new statement (its snapshot has the claims committed before
-    -- them): each queue's room, never below 0; 2. the gate, on runs due.
+    -- After the locks, a new statement (a snapshot with the claims committed before them): each
+    -- queue's room, never below 0; 2. the gate, on runs due.
     WITH o AS (SELECT o.name, CASE WHEN l.cap IS NULL THEN p_limit ELSE GREATEST(l.cap - (
-                          SELECT count(*) FROM durable_run AS h WHERE h.queue = o.name
-                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0) END AS room
+                   SELECT count(*) FROM durable_run AS h WHERE h.queue = o.name
+                      AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0) END AS room
                FROM unnest(v_open) AS o(name) LEFT JOIN unnest(p_limited, p_caps) AS l(name, cap) USING (name))
-    SELECT (SELECT array_agg(o.room ORDER BY o.name) FROM o), ARRAY(
-               SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
-               WHERE f.cap IS NOT NULL AND EXISTS (
-                   SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
-                      AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now)
-               ORDER BY f.name),
+    SELECT (SELECT array_agg(o.room ORDER BY o.name) FROM o),
+           ARRAY(SELECT f.name FROM unnest(p_flow_workflows, p_flow_caps) AS f(name, cap)
+                 WHERE f.cap IS NOT NULL AND EXISTS (
+                     SELECT 1 FROM durable_run AS r WHERE r.workflow = f.name AND r.queue = ANY (v_open)
+                        AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now) ORDER BY f.name),
            EXISTS (SELECT 1 FROM o WHERE o.room > 0 AND EXISTS (
                SELECT 1 FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key IS NOT NULL
                   AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now))
@@ -116,25 +106,26 @@ BEGIN
                     LIMIT 1) AS nxt
                 WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
             ),
-            taken AS (  -- a pair with a due run no other claim holds, its key's lock and slots
-                SELECT walk.*, t.slots FROM walk LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates)
-                       AS l(workflow, key_cap, rate) USING (workflow)
+            taken AS (  -- a pair with a due run no other claim holds, its key's lock, its slots if limited
+                SELECT walk.*, t.slots FROM walk
+                LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates) AS l(workflow, key_cap, rate)
+                     USING (workflow)
                 CROSS JOIN LATERAL (SELECT length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key)
-                      AS k(scope)
+                     AS k(scope)
                 CROSS JOIN LATERAL (SELECT CASE  -- in this order, the locks last; NULL: not taken
                     WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
                               OR walk.workflow LIKE ANY (p_prefixes)) THEN NULL
-                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name
-                            AND r.flow_key = walk.flow_key AND r.workflow = walk.workflow
-                            AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
-                          ORDER BY r.priority DESC, r.due_at, r.id LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL
-                         THEN NULL
+                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name AND r.flow_key = walk.flow_key
+                            AND r.workflow = walk.workflow AND durable_claimable_v1(r.status, r.due_at)
+                            AND r.due_at <= v_now ORDER BY r.priority DESC, r.due_at, r.id
+                          LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL THEN NULL
                     WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(
                          hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
                     WHEN l.key_cap IS NULL THEN '{}'::integer[]
                     WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(
                          hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
-                    ELSE ARRAY(  -- the free slots below the limit whose lock it gets, up to the room
+                    ELSE ARRAY(  -- the free slots whose lock it gets, up to the room; a run holding a
+                        -- worker without a slot below the limit (claimed before it, or lowered) takes a top one
                         SELECT g.s FROM (SELECT generate_series(0, l.key_cap - h.extra - 1) AS s, h.held FROM (
                             SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
                                    count(*) FILTER (WHERE h.flow_slot IS NULL OR h.flow_slot >= l.key_cap)
@@ -143,7 +134,7 @@ BEGIN
                         WHERE CASE WHEN g.s = ANY (g.held) THEN false ELSE pg_try_advisory_xact_lock(
                               hashtextextended('django_durable.flow_slot:' || k.scope || ':' || g.s, 0)) END
                         LIMIT LEAST(v_left, p_limit))
-                    END) AS t(slots)  -- runs holding a worker without a slot below the limit take the top ones
+                    END) AS t(slots)
                 WHERE walk.n > 0 AND (cardinality(t.slots) > 0 OR l.key_cap IS NULL AND t.slots IS NOT NULL)
                 LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
             )
@@ -156,7 +147,6 @@ BEGIN
                                               (SELECT max(n) + 1 FROM taken), 1) - 0.5, NULL
                  ) AS x(k, w, place, ks);
         END LOOP;
-        -- What each pair gives; each key's slots taken once.
         WITH pair AS (SELECT p.*, NULLIF(p.ks::integer[], '{}') AS slots  -- NULL: no key limit
                       FROM unnest(v_pq, v_pk, v_pw, v_place, v_ps) AS p(queue, flow_key, workflow, place, ks)),
         lim AS (SELECT * FROM unnest(p_flow_workflows, p_key_caps, p_flow_caps, p_rates, p_pers)
@@ -164,27 +154,25 @@ BEGIN
         cand AS MATERIALIZED (
             SELECT c.*, pair.place FROM pair CROSS JOIN LATERAL (
                 SELECT r.id, r.queue, r.workflow, r.flow_key, r.priority, r.due_at, r.started_at
-                FROM durable_run AS r
-                WHERE pair.flow_key IS NOT NULL AND r.queue = pair.queue AND r.flow_key = pair.flow_key
-                  AND r.workflow = pair.workflow AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
+                FROM durable_run AS r WHERE pair.flow_key IS NOT NULL AND r.queue = pair.queue
+                  AND r.flow_key = pair.flow_key AND r.workflow = pair.workflow
+                  AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
                 ORDER BY r.priority DESC, r.due_at, r.id LIMIT p_limit FOR UPDATE SKIP LOCKED) AS c
             UNION ALL
             SELECT c.*, pair.place FROM pair CROSS JOIN LATERAL (
                 SELECT r.id, r.queue, r.workflow, r.flow_key, r.priority, r.due_at, r.started_at
-                FROM durable_run AS r
-                WHERE pair.flow_key IS NULL AND r.queue = pair.queue AND r.flow_key IS NULL
+                FROM durable_run AS r WHERE pair.flow_key IS NULL AND r.queue = pair.queue AND r.flow_key IS NULL
                   AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
                   AND (p_workflows IS NULL OR r.workflow = ANY (p_workflows) OR r.workflow LIKE ANY (p_prefixes))
                 ORDER BY r.priority DESC, r.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED) AS c
         ),
-        key_room AS (  -- each key's slots (the most its pairs took: they took the same first ones)
+        key_room AS (  -- each key's room once: the slots its pairs took (the same first ones), its rate slots
             SELECT DISTINCT ON (k.workflow, k.flow_key) k.workflow, k.flow_key, k.slots,
                    CASE WHEN lim.rate IS NOT NULL THEN ARRAY(
                        SELECT s FROM generate_series(0, lim.rate - 1) AS s WHERE NOT EXISTS (
                            SELECT 1 FROM durable_flow_rate_slot AS b WHERE b.workflow = k.workflow
                               AND b.flow_key = k.flow_key AND b.slot = s AND b.begun_at > v_now - lim.per)
-                       ORDER BY s)
-                   END AS free_rate
+                       ORDER BY s) END AS free_rate
             FROM pair AS k JOIN lim USING (workflow) WHERE k.flow_key IS NOT NULL
             ORDER BY k.workflow, k.flow_key, cardinality(k.slots) DESC
         ),
@@ -204,32 +192,26 @@ BEGIN
                                       ranked.round, ranked.place, ranked.due_at) AS queue_n,
                    row_number() OVER (PARTITION BY ranked.workflow ORDER BY ranked.priority DESC,
                                       ranked.round, ranked.place, ranked.due_at) AS workflow_n
-            FROM ranked
-            WHERE (ranked.slots IS NULL OR ranked.key_n <= cardinality(ranked.slots))
+            FROM ranked WHERE (ranked.slots IS NULL OR ranked.key_n <= cardinality(ranked.slots))
               AND (NOT ranked.begins OR ranked.begin_n <= cardinality(ranked.free_rate))
         ),
         claimed AS (
-            SELECT kept.* FROM kept
-            JOIN unnest(v_open, v_room) AS o(name, room) ON o.name = kept.queue
+            SELECT kept.* FROM kept JOIN unnest(v_open, v_room) AS o(name, room) ON o.name = kept.queue
             LEFT JOIN (SELECT lim.workflow, GREATEST(lim.cap - (SELECT count(*) FROM durable_run AS h
                            WHERE h.workflow = lim.workflow
-                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0) AS room
-                       FROM lim WHERE lim.workflow = ANY (v_capped)) AS w ON w.workflow = kept.workflow
+                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)), 0)
+                       FROM lim WHERE lim.workflow = ANY (v_capped)) AS w(workflow, room) USING (workflow)
             WHERE kept.queue_n <= o.room AND (w.room IS NULL OR kept.workflow_n <= w.room)
             ORDER BY kept.priority DESC, kept.round, kept.place, kept.due_at LIMIT p_limit
         ),
-        pointer AS (  -- the queue's pointer: the key it took last, at its highest level
-            SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, '') AS flow_key
-            FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
-        ),
-        added AS (  -- a key's first turn in its queue
-            INSERT INTO durable_flow_turn (queue, flow_key, claimed_at) SELECT pointer.*, v_now FROM pointer
-            ON CONFLICT (queue, flow_key) DO NOTHING
-        ),
-        moved AS (  -- a turn another claim is moving now is left to it: no claimer waits for it
-            UPDATE durable_flow_turn AS t SET claimed_at = v_now WHERE t.ctid = ANY (ARRAY(
-                SELECT l.ctid FROM durable_flow_turn AS l JOIN pointer USING (queue, flow_key)
-                FOR UPDATE OF l SKIP LOCKED))
+        moved AS (  -- the queue's pointer: the key it took last, at its highest level; a row another
+            INSERT INTO durable_flow_turn (queue, flow_key, claimed_at)  -- claim is moving now (its lock
+            SELECT p.*, v_now FROM (  -- tried) is left to it: claimers of one key never wait for each other
+                SELECT DISTINCT ON (claimed.queue) claimed.queue, COALESCE(claimed.flow_key, '') AS flow_key
+                FROM claimed ORDER BY claimed.queue, claimed.priority DESC, claimed.round DESC, claimed.place DESC
+            ) AS p WHERE pg_try_advisory_xact_lock(hashtextextended(
+                'django_durable.turn:' || length(p.queue) || ':' || p.queue || ':' || p.flow_key, 0))
+            ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
         )
         SELECT array_agg(claimed.id), array_agg(claimed.queue), array_agg(claimed.workflow),
                array_agg(claimed.flow_key), array_agg(claimed.slots[claimed.key_n]),
@@ -257,7 +239,7 @@ BEGIN
                SELECT 1 FROM durable_run AS h WHERE h.workflow = c.workflow AND h.flow_key = c.flow_key
                   AND h.flow_slot = c.key_slot AND durable_holds_worker_v1(h.status, h.lease_expires_at)))
     ),
-    scoped AS (  -- each run's queue (1) and workflow (2) if limited, its rank in each
+    scoped AS (  -- each run's limited queue (1) and workflow (2), its rank in each
         SELECT run.*, s.kind, s.cap, s.scope, row_number() OVER (PARTITION BY s.kind, s.scope ORDER BY run.id) AS n
         FROM run CROSS JOIN LATERAL (
             SELECT 1, l.cap, run.queue FROM unnest(p_limited, p_caps) AS l(name, cap) WHERE l.name = run.queue
@@ -292,12 +274,11 @@ BEGIN
         started_at = COALESCE(d.started_at, v_now),
         queue_slot = slots.q, workflow_slot = slots.w, flow_slot = slots.k
     FROM slots WHERE d.id = slots.id
-    RETURNING d.id, d.workflow, d.queue, d.status, d.priority, d.input, d.context, d.result,
-        d.error, d."key", d.holds_key, d.runs_after_id, d.parent_id, d.step_index, d.attempt,
-        d.due_at, d.timeout_at, d.debounce_deadline, d.waiting_for, d.state, d.worker_id,
-        d.lease_expires_at, d.fence, d.recoveries, d.step_names, d.trace_context, d.created_at,
-        d.started_at, d.finished_at, d.rerun_of_id, d.rerun_from_step, d.inputs, d.flow_key,
-        d.flow_slot, d.workflow_slot, d.queue_slot;
+    RETURNING d.id, d.workflow, d.queue, d.status, d.priority, d.input, d.context, d.result, d.error, d."key",
+        d.holds_key, d.runs_after_id, d.parent_id, d.step_index, d.attempt, d.due_at, d.timeout_at,
+        d.debounce_deadline, d.waiting_for, d.state, d.worker_id, d.lease_expires_at, d.fence, d.recoveries,
+        d.step_names, d.trace_context, d.created_at, d.started_at, d.finished_at, d.rerun_of_id,
+        d.rerun_from_step, d.inputs, d.flow_key, d.flow_slot, d.workflow_slot, d.queue_slot;
     END IF;
 END
 $claim$;
