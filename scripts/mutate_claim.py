@@ -36,8 +36,9 @@ def slot_index(name: str) -> str:
 
 
 ROOM = (
-    r"ELSE GREATEST\(l\.cap - (\(\s+SELECT count\(\*\) FROM durable_run AS h WHERE h\.queue = o\.name"
-    r"\s+AND durable_holds_worker_v1\(h\.status, h\.lease_expires_at\)\)), 0\)"
+    r"ELSE GREATEST\(l\.cap - (\(\s+SELECT count\(\*\) FROM durable_run AS h"
+    r" WHERE h\.queue = o\.name\s+AND durable_holds_worker_v1\(h\.status,"
+    r" h\.lease_expires_at\)\)), 0\)"
 )
 
 # name: (file, pattern, replacement); each pattern must match exactly once.
@@ -66,7 +67,8 @@ MUTATIONS = {
     ),
     "key slot's lock not tried (always taken)": (
         CLAIM,
-        r"ELSE pg_try_advisory_xact_lock\(\s+hashtextextended\('django_durable\.flow_slot:'.*?, 0\)\) END",
+        r"ELSE pg_try_advisory_xact_lock\(\s+hashtextextended\("
+        r"'django_durable\.flow_slot:'.*?, 0\)\) END",
         "ELSE true END",
     ),
     "key slots held not left out": (

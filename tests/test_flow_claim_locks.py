@@ -310,8 +310,9 @@ def claim_v5(limit: int, worker: str) -> list:
         **postgres.lease_params(at, LEASE),
         **postgres.flow_params(claim_limits(), at, connection),
     }
+    call = postgres.CLAIM.replace(f"{CURRENT['durable_claim']}(", "durable_claim_v5(")
     with connection.cursor() as cursor:
-        cursor.execute(postgres.CLAIM.replace(f"{CURRENT['durable_claim']}(", "durable_claim_v5("), params)
+        cursor.execute(call, params)
         return cursor.fetchall()
 
 
