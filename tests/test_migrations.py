@@ -17,6 +17,7 @@ from django.db import connection
 
 from django_durable.store import functions
 from django_durable.store.engines import postgres
+from tests import schema
 
 MIGRATIONS = Path(functions.__file__).resolve().parent.parent / "migrations"
 
@@ -37,30 +38,6 @@ def created_versions() -> dict[str, list[str]]:
                     if versioned not in versions.setdefault(name, []):
                         versions[name].append(versioned)
     return versions
-
-
-def left_installed() -> list[str]:
-    """The versions the migrations a fresh database applies leave installed: each
-    one's ``FUNCTIONS`` less a later one's ``DROPPED`` (the drafts a squashed
-    migration replaces are not applied)."""
-    drafts = set()
-    for path in migration_files():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "replaces":
-                drafts |= {name for _app, name in ast.literal_eval(node.value)}
-    installed: list[str] = []
-    for path in migration_files():
-        if path.stem in drafts:
-            continue
-        lists = {
-            node.targets[0].id: ast.literal_eval(node.value)
-            for node in ast.parse(path.read_text()).body
-            if isinstance(node, ast.Assign)
-            and getattr(node.targets[0], "id", "") in ("FUNCTIONS", "DROPPED")
-        }
-        installed += lists.get("FUNCTIONS", [])
-        installed = [v for v in installed if v not in lists.get("DROPPED", [])]
-    return installed
 
 
 def test_the_code_calls_the_newest_version_a_migration_creates():
@@ -103,7 +80,8 @@ def test_the_database_holds_the_text_of_the_functions_the_code_calls():
         installed = {name: (source, full) for name, source, full in cursor.fetchall()}
     # The code's versions, and the previous ones an expand migration left installed
     # for the previous release's processes (until a contract migration drops them).
-    assert set(installed) == set(functions.CURRENT.values()) | set(left_installed())
+    left = set(schema.functions_left_installed())
+    assert set(installed) == set(functions.CURRENT.values()) | left
     for name, (source, full) in installed.items():
         text = functions.definition(name)
         assert source == functions.body(text)
