@@ -71,15 +71,11 @@ MUTATIONS = {
         r"'django_durable\.flow_slot:'.*?, 0\)\) END",
         "ELSE true END",
     ),
-    "key slots held not left out": (
+    "key slots held not left out": (CLAIM, r"WHERE g\.s <> ALL \(h\.held\)", "WHERE true"),
+    "key's room not counted (its free slots instead)": (
         CLAIM,
-        r"WHEN g\.s = ANY \(g\.held\) THEN false",
-        "WHEN false THEN false",
-    ),
-    "key's runs without a slot below its limit not counted": (
-        CLAIM,
-        r"l\.key_cap - h\.extra - 1",
-        "l.key_cap - 1",
+        r"l\.key_cap - count\(\*\)",
+        "l.key_cap - count(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap)",
     ),
     "key slot committed since read free not dropped": (
         CLAIM,

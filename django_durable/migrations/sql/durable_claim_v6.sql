@@ -124,16 +124,16 @@ BEGIN
                     WHEN l.key_cap IS NULL THEN '{}'::integer[]
                     WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(
                          hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
-                    ELSE ARRAY(  -- the free slots whose lock it gets, up to the room; a run holding a
-                        -- worker without a slot below the limit (claimed before it, or lowered) takes a top one
-                        SELECT g.s FROM (SELECT generate_series(0, l.key_cap - h.extra - 1) AS s, h.held FROM (
-                            SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
-                                   count(*) FILTER (WHERE h.flow_slot IS NULL OR h.flow_slot >= l.key_cap)
-                            FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
-                               AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, extra)) AS g
-                        WHERE CASE WHEN g.s = ANY (g.held) THEN false ELSE pg_try_advisory_xact_lock(
-                              hashtextextended('django_durable.flow_slot:' || k.scope || ':' || g.s, 0)) END
+                    ELSE (SELECT ARRAY(  -- of the lowest free slots within the room, those whose lock it gets
+                        SELECT f.s FROM (SELECT g.s FROM (SELECT generate_series(0, l.key_cap - 1) AS s) AS g
+                                         WHERE g.s <> ALL (h.held) LIMIT GREATEST(h.room, 0)) AS f
+                        WHERE pg_try_advisory_xact_lock(hashtextextended(
+                              'django_durable.flow_slot:' || k.scope || ':' || f.s, 0))
                         LIMIT LEAST(v_left, p_limit))
+                    FROM (SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
+                                 l.key_cap - count(*)  -- the room: the limit less every run holding a worker
+                          FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
+                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, room))
                     END) AS t(slots)
                 WHERE walk.n > 0 AND (cardinality(t.slots) > 0 OR l.key_cap IS NULL AND t.slots IS NOT NULL)
                 LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
