@@ -67,9 +67,9 @@ MUTATIONS = {
     ),
     "key slot's lock not tried (always taken)": (
         CLAIM,
-        r"ELSE pg_try_advisory_xact_lock\(\s+hashtextextended\("
-        r"'django_durable\.flow_slot:'.*?, 0\)\) END",
-        "ELSE true END",
+        r"WHERE pg_try_advisory_xact_lock\(hashtextextended\(\s+"
+        r"'django_durable\.flow_slot:'.*?, 0\)\)",
+        "WHERE true",
     ),
     "key slots held not left out": (CLAIM, r"WHERE g\.s <> ALL \(h\.held\)", "WHERE true"),
     "key's room not counted (its free slots instead)": (

@@ -119,10 +119,10 @@ BEGIN
                             AND r.workflow = walk.workflow AND durable_claimable_v1(r.status, r.due_at)
                             AND r.due_at <= v_now ORDER BY r.priority DESC, r.due_at, r.id
                           LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL THEN NULL
-                    WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(
+                    WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(  -- one claimer: its rate slots
                          hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
                     WHEN l.key_cap IS NULL THEN '{}'::integer[]
-                    WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(
+                    WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(  -- v5 takes it exclusive
                          hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
                     ELSE (SELECT ARRAY(  -- of the lowest free slots within the room, those whose lock it gets
                         SELECT f.s FROM (SELECT g.s FROM (SELECT generate_series(0, l.key_cap - 1) AS s) AS g
