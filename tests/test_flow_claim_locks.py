@@ -1,7 +1,9 @@
-"""The guards of the claim (durable_claim_v5, PostgreSQL), each through a real claim:
+"""The guards of the claim (durable_claim_v6, PostgreSQL), each through a real claim:
 a limited queue's lock waited for and its room counted after it (at READ COMMITTED,
 which the store sets for a session at another level); a workflow-wide limit's lock
-likewise; a limited key's lock tried, never waited for; a rate slot begun meanwhile
+likewise; a limited key's slots' locks tried, never waited for, and its own lock
+tried (exclusive under rate_per_key; shared otherwise, which keeps out a claimer of
+the previous release, durable_claim_v5); a rate slot begun meanwhile
 refusing a begin; and a claim reading about as many keys as it takes, in turns from
 where the last one stopped, across every queue it serves. scripts/mutate_claim.py
 removes each guard in turn and shows which of these tests catches it.
