@@ -19,7 +19,11 @@ never asserted. PostgreSQL, its own database (``BENCH_DB_NAME``, by default
   any reads durable_run whole.
 
     python -m bench.flow_suite [--repeat 5] [--runs 2000] [--backlogs 1000,10000,100000]
-                               [--million] [--plans DIR]
+                               [--million] [--plans DIR] [--claim durable_claim_v5]
+
+``--claim`` calls another installed version of the claim function than the code's
+(the previous release's, which its expand migration keeps): a before/after on one
+tree and one database build.
 """
 
 from __future__ import annotations
@@ -419,6 +423,7 @@ def main() -> None:
     parser.add_argument("--million", action="store_true", help="also a backlog of 1M (minutes)")
     parser.add_argument("--skip-claims", action="store_true", help="only the fairness case")
     parser.add_argument("--plans", help="a directory to write each backlog's plans to")
+    parser.add_argument("--claim", help="an installed claim function to call instead")
     args = parser.parse_args()
     from bench.common import migrate, recreate_database, suite_env
 
@@ -427,6 +432,13 @@ def main() -> None:
     migrate(suite_env(database))
     setup_django()
     declare_workflows()
+    from django_durable.store.engines import postgres
+    from django_durable.store.functions import CURRENT
+
+    if args.claim:  # the engine's statement, calling that version
+        postgres.CLAIM = postgres.CLAIM.replace(f"{CURRENT['durable_claim']}(", f"{args.claim}(")
+    called = re.search(r"FROM (durable_claim_v\d+)", postgres.CLAIM)[1]
+    print(f"claim function: {called}")
     print(f"load average before: {os.getloadavg()}", flush=True)
     if not args.skip_claims:
         rates, compared = claims(args)

@@ -4,7 +4,7 @@ given a claim, so that the claim takes due runs in turns across flow keys.
 
 One turn row per (queue, flow key) that was ever claimed from (runs without a flow
 key share the row of ``""``: they take their turns as one key); the claim writes it
-(durable_claim_v5 on PostgreSQL, the engine's TAKE_TURNS on SQLite), the pruning
+(durable_claim_v6 on PostgreSQL, the engine's TAKE_TURNS on SQLite), the pruning
 deletes the rows of keys idle for a day (store/pruning.py). It holds no limit and no
 count: a lost row only makes its key's next turn come first.
 """
@@ -32,7 +32,7 @@ class FlowTurn(models.Model):
         ]
         indexes = [
             # A queue's pointer on PostgreSQL: the key its last claim took last
-            # (durable_claim_v5 reads the newest row).
+            # (durable_claim_v6 reads the newest row).
             models.Index(fields=["queue", "claimed_at"], name="durable_flow_turn_last"),
         ]
 
@@ -45,7 +45,7 @@ class FlowRateSlot(models.Model):
     workflow with ``Rate(limit, per)`` has ``limit`` slots per flow key, numbered from
     0; a run's first claim (a begin) takes a slot whose last begin is at least ``per``
     old, by one conditional upsert, so no window of ``per`` holds more than ``limit``
-    begins, whatever the isolation level (durable_claim_v5). The worker's pruning
+    begins, whatever the isolation level (durable_claim_v6). The worker's pruning
     deletes the rows of keys idle for a day."""
 
     id = models.BigAutoField(primary_key=True)

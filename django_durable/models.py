@@ -51,7 +51,7 @@ HOLDS_WORKER = Q(status__in=HELD_STATUSES, lease_expires_at__isnull=False)
 
 # The indexes of durable_run for flow control (Run.Meta lists them).
 RUN_FLOW_INDEXES = [
-    # The claim's flow path (durable_claim_v5): a queue's (flow key, workflow) pairs
+    # The claim's flow path (durable_claim_v6): a queue's (flow key, workflow) pairs
     # by a loose index scan from the queue's turn pointer, each pair's due runs in
     # order. The id last: the claim orders by it too, which durable_run_claim cannot
     # give, so even the generic plan of a key holding nearly every run reads this

@@ -1,8 +1,8 @@
 """Remove each guard of the claim in turn and show which test catches it (issue 41;
 not run in CI: each mutation builds a fresh PostgreSQL test database).
 
-Each mutation is applied to a copy of the tree (the claim's SQL, a migration or the
-store's code), then the claim's guard tests run against the copy:
+Each mutation is applied to a copy of the tree (durable_claim_v6's SQL, the initial
+migration or the store's code), then the claim's guard tests run against the copy:
 
     PYTHONPATH=$PWD DURABLE_TEST_DB_NAME=t_mutate .venv/bin/python scripts/mutate_claim.py
 
@@ -20,8 +20,26 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CLAIM = "django_durable/migrations/sql/durable_claim_v5.sql"
+CLAIM = "django_durable/migrations/sql/durable_claim_v6.sql"
 TESTS = ["tests/test_flow_claim_locks.py", "tests/test_flow_slots.py", "tests/test_flow_control.py"]
+# The slot indexes as a fresh database gets them (the squashed 0.3.0 migration).
+INITIAL = "django_durable/migrations/0001_0_3_initial.py"
+
+
+def slot_index(name: str) -> str:
+    """The AddConstraint of the unique slot index ``name`` in INITIAL."""
+    return (
+        r"\n        migrations\.AddConstraint\(\n            model_name=\"run\",\n"
+        r"            constraint=models\.UniqueConstraint\(\n(?:(?!AddConstraint).)*?"
+        rf"name=\"{name}\",\n            \),\n        \),"
+    )
+
+
+ROOM = (
+    r"ELSE GREATEST\(l\.cap - (\(\s+SELECT count\(\*\) FROM durable_run AS h"
+    r" WHERE h\.queue = o\.name\s+AND durable_holds_worker_v1\(h\.status,"
+    r" h\.lease_expires_at\)\)), 0\)"
+)
 
 # name: (file, pattern, replacement); each pattern must match exactly once.
 MUTATIONS = {
@@ -37,30 +55,35 @@ MUTATIONS = {
         r"'django_durable\.workflow:' \|\| w, 0\)\)",
         "PERFORM true",
     ),
-    "key lock not tried (always taken)": (
+    "limited key's lock not tried shared (v5 not kept out)": (
         CLAIM,
-        r"ELSE pg_try_advisory_xact_lock\(hashtextextended\('django_durable\.flow_key:'.*?, 0\)\)",
-        "ELSE true",
+        r"\n\s+WHEN l\.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared\(.*?THEN NULL",
+        "",
     ),
-    "queue room not recounted after the lock (the limit instead)": (
+    "rate-limited key's lock not tried (always taken)": (
         CLAIM,
-        r"ELSE GREATEST\(l\.cap - \(\s+SELECT count\(\*\) FROM durable_run AS h\s+"
-        r"WHERE h\.queue = o\.name AND durable_holds_worker_v1\(h\.status, "
-        r"h\.lease_expires_at\)\), 0\)",
-        "ELSE l.cap",
+        r"\n\s+WHEN l\.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock\(.*?THEN NULL",
+        "",
     ),
-    "queue room not floored at 0": (
+    "key slot's lock not tried (always taken)": (
         CLAIM,
-        r"ELSE GREATEST\(l\.cap - (\(\s+SELECT count\(\*\) FROM durable_run AS h\s+"
-        r"WHERE h\.queue = o\.name AND durable_holds_worker_v1\(h\.status, "
-        r"h\.lease_expires_at\)\)), 0\)",
-        r"ELSE (l.cap - \1)",
+        r"WHERE pg_try_advisory_xact_lock\(hashtextextended\(\s+"
+        r"'django_durable\.flow_slot:'.*?, 0\)\)",
+        "WHERE true",
     ),
-    "key room not counted (the limit instead)": (
+    "key slots held not left out": (CLAIM, r"WHERE g\.s <> ALL \(h\.held\)", "WHERE true"),
+    "key's room not counted (its free slots instead)": (
         CLAIM,
-        r"GREATEST\(lim\.key_cap - \(.*?h\.lease_expires_at\)\), 0\)",
-        "lim.key_cap",
+        r"l\.key_cap - count\(\*\)",
+        "l.key_cap - count(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap)",
     ),
+    "key slot committed since read free not dropped": (
+        CLAIM,
+        r"\n\s+AND \(c\.key_slot IS NULL OR NOT EXISTS \(.*?h\.lease_expires_at\)\)\)",
+        "",
+    ),
+    "queue room not recounted after the lock (the limit instead)": (CLAIM, ROOM, "ELSE l.cap"),
+    "queue room not floored at 0": (CLAIM, ROOM, r"ELSE (l.cap - \1)"),
     "rate slot taken even if begun within per": (
         CLAIM,
         r"\n\s+WHERE b\.begun_at <= v_now - \(SELECT l\.per.*?WHERE l\.workflow = b\.workflow\)",
@@ -76,21 +99,9 @@ MUTATIONS = {
         r"(def sets_claim_level\(connection\) -> bool:\n    \"\"\".*?\"\"\"\n)",
         r"\1    return False\n",
     ),
-    "queue slot index dropped": (
-        "django_durable/migrations/0007_flow_slots.py",
-        r'\n\s+slot\(\("queue", "queue_slot"\), "durable_run_queue_slot"\),',
-        "",
-    ),
-    "flow key slot index dropped": (
-        "django_durable/migrations/0007_flow_slots.py",
-        r'\n\s+slot\(\("workflow", "flow_key", "flow_slot"\), "durable_run_flow_slot"\),',
-        "",
-    ),
-    "workflow slot index dropped": (
-        "django_durable/migrations/0007_flow_slots.py",
-        r'\n\s+slot\(\("workflow", "workflow_slot"\), "durable_run_workflow_slot"\),',
-        "",
-    ),
+    "queue slot index dropped": (INITIAL, slot_index("durable_run_queue_slot"), ""),
+    "flow key slot index dropped": (INITIAL, slot_index("durable_run_flow_slot"), ""),
+    "workflow slot index dropped": (INITIAL, slot_index("durable_run_workflow_slot"), ""),
 }
 
 

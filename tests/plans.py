@@ -34,7 +34,7 @@ _CLAIM_PICK = _statement(
 _CLAIM_WALK = re.sub(
     r"\n\s*INTO v_pq, [^\n]*",
     "",
-    _statement(CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?AS x\(k, w, place\));"),
+    _statement(CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?AS x\(k, w, place, ks\));"),
 )
 _CLAIM_FROM_KEYS = re.sub(
     r"\n\s*INTO v_ids, [^\n]*",
@@ -82,7 +82,7 @@ def claim_walk_query(queue: str) -> str:
         **_NAMED,
         "v_name": _text(queue),
         "v_left": "p_limit",
-        **{name: "'{}'::text[]" for name in ("v_pq", "v_pk", "v_pw")},
+        **{name: "'{}'::text[]" for name in ("v_pq", "v_pk", "v_pw", "v_ps")},
         "v_place": "'{}'::numeric[]",
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_WALK)
@@ -99,16 +99,15 @@ def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
         "v_pk": _sql_array(keys, "text"),
         "v_pw": _sql_array(workflows, "text"),
         "v_place": _sql_array(list(range(1, len(chosen) + 1)), "numeric"),
+        "v_ps": _sql_array([None] * len(chosen), "text"),  # no key's slots: its plan alike
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_FROM_KEYS)
 
 
-# The room of each queue served (counted after the queues' locks) and the claim's
+# The room of each queue served (counted after the queues' locks, with the gate) and the claim's
 # last statement (the rate slots, each run's slots, the UPDATE), for the ids given.
-_CLAIM_ROOM = _statement(CLAIM_FUNCTION, r"(SELECT array_agg\(CASE WHEN l\.cap.*?USING \(name\));")
-CLAIM_ROOM_QUERY = re.sub(
-    r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], _CLAIM_ROOM.replace(" INTO v_room", "")
-)
+_CLAIM_ROOM = _statement(CLAIM_FUNCTION, r"(WITH o AS \(SELECT o\.name.*?)\s+INTO v_room, [^;]*;")
+CLAIM_ROOM_QUERY = re.sub(r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], _CLAIM_ROOM)
 _CLAIM_SLOTS = _statement(CLAIM_FUNCTION, r"RETURN QUERY\s+(WITH rated AS .*?d\.queue_slot);")
 
 
@@ -122,6 +121,7 @@ def claim_slots_query(ids: list[str]) -> str:
         "v_queues": _sql_array([r.queue for r in runs], "text"),
         "v_workflows": _sql_array([r.workflow for r in runs], "text"),
         "v_keys": _sql_array([r.flow_key for r in runs], "text"),
+        "v_key_slots": _sql_array([r.flow_slot for r in runs], "integer"),
         "v_rate_slots": f"array_fill(NULL::integer, ARRAY[{len(ids)}])",
     }
     return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_SLOTS)

@@ -341,6 +341,29 @@ def draft_functions() -> list[str]:
     return names
 
 
+def functions_left_installed() -> list[str]:
+    """The function versions a fresh ``migrate`` leaves installed: each applied
+    migration's ``FUNCTIONS`` less a later one's ``DROPPED`` (the drafts a squashed
+    migration replaces are not applied). Beside the code's versions (``CURRENT``), the
+    previous ones an expand migration keeps for the previous release's processes."""
+    files = sorted(MIGRATIONS.glob("[0-9][0-9][0-9][0-9]_*.py"))
+    lists = {}
+    for path in files:
+        lists[path.stem] = {  # ``replaces`` is the Migration class's, the lists the module's
+            node.targets[0].id: ast.literal_eval(node.value)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", "") in ("FUNCTIONS", "DROPPED", "replaces")
+        }
+    drafts = {name for found in lists.values() for _app, name in found.get("replaces", [])}
+    installed: list[str] = []
+    for name, found in lists.items():
+        if name not in drafts:
+            installed += found.get("FUNCTIONS", [])
+            installed = [v for v in installed if v not in found.get("DROPPED", [])]
+    return installed
+
+
 def _install_stale_functions(database: dict, names: list[str]) -> None:
     """A function under each of ``names`` with a body the release does not have, as a
     database migrated by main's drafts before the fold held them (the drafts have

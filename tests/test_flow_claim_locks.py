@@ -1,7 +1,9 @@
-"""The guards of the claim (durable_claim_v5, PostgreSQL), each through a real claim:
+"""The guards of the claim (durable_claim_v6, PostgreSQL), each through a real claim:
 a limited queue's lock waited for and its room counted after it (at READ COMMITTED,
 which the store sets for a session at another level); a workflow-wide limit's lock
-likewise; a limited key's lock tried, never waited for; a rate slot begun meanwhile
+likewise; a limited key's slots' locks tried, never waited for, and its own lock
+tried (exclusive under rate_per_key; shared otherwise, which keeps out a claimer of
+the previous release, durable_claim_v5); a rate slot begun meanwhile
 refusing a begin; and a claim reading about as many keys as it takes, in turns from
 where the last one stopped, across every queue it serves. scripts/mutate_claim.py
 removes each guard in turn and shows which of these tests catches it.
@@ -26,6 +28,8 @@ from django_durable import store
 from django_durable.models import FlowRateSlot, Run, Status
 from django_durable.operations.flow import claim_limits
 from django_durable.store import FlowLimit
+from django_durable.store.engines import postgres
+from django_durable.store.functions import CURRENT
 from tests.testapp.workflows_flow import OnePerTenant, PerTenant, RatedPerTenant, Turns
 from tests.worker_processes import wait_until
 
@@ -271,6 +275,74 @@ def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
     assert returned_while_held
     assert [r.flow_key for r in got] == ["tenant:b" if first.flow_key == "tenant:a" else "tenant:a"]
     assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
+
+
+def test_a_claimer_skips_a_rate_limited_key_another_is_claiming_from():
+    """Guard: a key under rate_per_key is claimed by one claimer at a time (its lock
+    tried exclusive): the second claimer never waits for the rate slot the first is
+    writing, and takes the other key's run."""
+    for tenant in ("a", "b"):
+        for _ in range(2):
+            durable.start(RatedPerTenant, {"tenant": tenant})
+    held = HeldClaim(lambda: claim(1, worker="first"))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    [first] = held.claimed
+    try:
+        second = Claimer(lambda: claim(4, worker="second"))
+        second.start()
+        second.join(DEADLINE)
+        returned_while_held = not second.is_alive()
+    finally:
+        held.release()
+    got = second.result()
+    assert returned_while_held
+    assert {r.flow_key for r in got} == {"tenant:b" if first.flow_key == "tenant:a" else "tenant:a"}
+
+
+def claim_v5(limit: int, worker: str) -> list:
+    """A claim by the previous release's function (durable_claim_v5, which a rolling
+    deploy's old workers still call), with the arguments the store passes."""
+    at = store.now()
+    params = {
+        "worker_id": worker,
+        "limit": limit,
+        **postgres.queue_params(["flow"], {}),
+        **postgres.workflow_params(None, ()),
+        **postgres.lease_params(at, LEASE),
+        **postgres.flow_params(claim_limits(), at, connection),
+    }
+    call = postgres.CLAIM.replace(f"{CURRENT['durable_claim']}(", "durable_claim_v5(")
+    with connection.cursor() as cursor:
+        cursor.execute(call, params)
+        return cursor.fetchall()
+
+
+def test_a_claimer_skips_the_key_a_claimer_of_the_previous_release_holds():
+    """Guard: a limited key's lock is tried shared, so a claim of the previous release
+    (durable_claim_v5, which takes it exclusive and picks slots without their locks)
+    and one of this release never pick a key's slots at once. The v5 claimer holds
+    tenant a's only slot, uncommitted; this claimer takes tenant b's run and returns
+    while it is held, never blocked on the slot index's check."""
+    for tenant in ("a", "b"):
+        for _ in range(2):
+            durable.start(OnePerTenant, {"tenant": tenant})
+    Run.objects.filter(flow_key="tenant:b").update(due_at=store.now() + timedelta(minutes=1))
+    held = HeldClaim(lambda: claim_v5(1, "previous"))
+    held.start()
+    assert held.ready.wait(DEADLINE)
+    assert len(held.claimed) == 1
+    Run.objects.filter(flow_key="tenant:b").update(due_at=store.now())
+    try:
+        second = Claimer(lambda: claim(4, worker="second"))
+        second.start()
+        second.join(DEADLINE)
+        returned_while_held = not second.is_alive()
+    finally:
+        held.release()
+    got = second.result()
+    assert returned_while_held
+    assert [r.flow_key for r in got] == ["tenant:b"]
 
 
 def test_a_rate_slot_begun_meanwhile_refuses_the_begin():

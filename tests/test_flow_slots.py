@@ -224,6 +224,26 @@ def test_pruning_deletes_the_flow_rows_of_idle_keys_only():
 # --- what the room count protects ------------------------------------------------------
 
 
+def test_a_claim_of_one_run_takes_the_keys_free_slot_past_the_held_one():
+    """The slots a key's running runs hold are left out before any is taken: a claim of
+    one run whose key holds slot 0 of 2 takes slot 1 (slot 0 would be dropped by the
+    claim's last statement on PostgreSQL, and nothing claimed)."""
+    holding(flow_slot=0)  # per_tenant, tenant:1
+    durable.start(PerTenant, {"tenant": 1})
+    [got] = claim(limit=1)
+    assert (got.flow_key, got.flow_slot) == ("tenant:1", 1)
+
+
+def test_a_run_without_a_slot_counts_in_the_keys_room_beside_a_higher_slot_held():
+    """A key of 2 with a run holding slot 1 and one holding no slot is full: slot 0 is
+    free, but the key's room (its limit less every run holding a worker) is 0."""
+    holding(flow_slot=1)  # per_tenant, tenant:1
+    holding()  # claimed before the limit was declared: no slot
+    durable.start(PerTenant, {"tenant": 1})
+    assert claim() == []
+    assert running(flow_key="tenant:1") == 2
+
+
 def test_a_run_claimed_before_its_limit_was_declared_counts_in_the_keys_room():
     """A run claimed before ``concurrency_per_key`` was declared holds a worker but no
     slot: the slots alone would let a second run of its key begin (slot 0 is free);

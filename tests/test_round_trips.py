@@ -13,6 +13,7 @@ from django.db import connection, transaction
 import django_durable as durable
 from django_durable import store
 from django_durable.models import Activity, Run, StepAttempt
+from django_durable.store import functions
 from tests.helpers import pick_up, run_claimed
 from tests.testapp.workflows import Noop, SyncAccount
 
@@ -177,7 +178,8 @@ def test_prepared_statements_through_the_databases_own_options():
         prepared = [" ".join(s.split()) for s in prepared_statements()]
         assert any("SELECT durable_start_v2(" in s for s in prepared)  # a start, a duplicate
         assert any("durable_record_step_v2(" in s for s in prepared)  # a step's record
-        assert any("FROM durable_claim_v5(" in s for s in prepared)  # the claim's call
+        claim_call = f"FROM {functions.CURRENT['durable_claim']}("
+        assert any(claim_call in s for s in prepared)  # the claim's call
         assert Run.objects.filter(key="acct:prepared", holds_key=True).count() == 1
     finally:
         del options["server_side_binding"], options["prepare_threshold"]

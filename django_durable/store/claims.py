@@ -14,7 +14,7 @@ How the limits hold across workers: each claimed run of a limited scope takes a
 numbered slot that a partial unique index keeps to one running run (models.
 RUN_SLOT_CONSTRAINTS); the claim serialises per scope and counts after its lock so
 that the index has nothing to refuse in normal operation. On PostgreSQL that is
-durable_claim_v5, run at READ COMMITTED (CLAIM_LEVEL, when the alias or the
+durable_claim_v6, run at READ COMMITTED (CLAIM_LEVEL, when the alias or the
 session's default sets another level); SQLite serialises its writers, so its CLAIM
 counts and claims in one write.
 The statements are the engine's (store/engines: CLAIM, CLAIM_LEVEL, NEXT_DUE_AT,

@@ -45,11 +45,11 @@ __all__ = [
 # claims.py and steps.py).
 CURRENT = {
     "durable_start": "durable_start_v2",
-    "durable_claim": "durable_claim_v5",
+    "durable_claim": "durable_claim_v6",
     "durable_next_due_at": "durable_next_due_at_v1",
     "durable_record_step": "durable_record_step_v2",
     "durable_stream_write": "durable_stream_write_v1",  # a stream's item (store/streams.py)
-    # Called by durable_claim_v5, not by the code: its rules of a claimable run and of
+    # Called by durable_claim_v6 (and v5), not by the code: its rules of a claimable run and of
     # a run holding a worker, written once. Listed so that a database that lacks them
     # is seen (``durable doctor``) and gets them (``install_missing_functions``).
     "durable_claimable": "durable_claimable_v1",

@@ -4,7 +4,7 @@ concurrency, a flow key's concurrency_per_key) takes the scope's lowest free slo
 number below its limit, in the claim's transaction. SQLite serialises writers, so
 the claim's count of a scope's running runs was exact and a free slot exists; the
 partial unique indexes (models.RUN_SLOT_CONSTRAINTS) hold there as on PostgreSQL,
-where durable_claim_v5 gives the slots in its own statement.
+where durable_claim_v6 gives the slots in its own statement.
 """
 
 from __future__ import annotations

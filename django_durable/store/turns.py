@@ -1,6 +1,6 @@
 """The turns a claim gave, where the engine's CLAIM does not record them itself
 (SQLite: its TAKE_TURNS runs after the claim, only when it claimed a run with a flow
-key; durable_claim_v5 records them in its own statement on PostgreSQL). Turns only
+key; durable_claim_v6 records them in its own statement on PostgreSQL). Turns only
 order the claims (no limit depends on them), so they need no transaction with it.
 """
 

@@ -206,11 +206,11 @@ ORDER BY item.ord
 # statement of the claim's transaction when the session is at another level (the
 # alias's OPTIONS["isolation_level"] or the server's default: sets_claim_level), so
 # that the claim's counts, made after its locks, see the claims committed before them
-# (durable_claim_v5; at any level the slot indexes refuse a run past a limit, this
+# (durable_claim_v6; at any level the slot indexes refuse a run past a limit, this
 # makes the refusal rare). No table.
 CLAIM_LEVEL = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
-# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v5 (its
+# Claim up to %(limit)s due runs in one statement: a call of durable_claim_v6 (its
 # .sql file says how: the queues served and their room, the runs picked through
 # durable_run_claim with FOR UPDATE SKIP LOCKED; with flow-keyed runs or runs of a
 # workflow-wide limit due, the keys in turns through durable_run_flow and
@@ -226,7 +226,7 @@ SELECT id, workflow, queue, status, priority, input, context, result, error, "ke
     debounce_deadline, waiting_for, state, worker_id, lease_expires_at, fence,
     recoveries, step_names, trace_context, created_at, started_at, finished_at,
     rerun_of_id, rerun_from_step, inputs, flow_key, flow_slot, workflow_slot, queue_slot
-FROM durable_claim_v5(
+FROM durable_claim_v6(
     %(queues)s::text[], %(limit)s::integer, %(limited)s::text[], %(caps)s::integer[],
     %(workflows)s::text[], %(prefixes)s::text[], %(worker_id)s::varchar, %(lease)s::interval,
     %(flow_workflows)s::text[], %(key_caps)s::integer[], %(flow_caps)s::integer[],
@@ -234,10 +234,10 @@ FROM durable_claim_v5(
 )
 """
 
-# durable_claim_v5 gives the claimed runs' slots in its statement.
+# durable_claim_v6 gives the claimed runs' slots in its statement.
 CLAIM_GIVES_SLOTS = True
 
-# None: durable_claim_v5 records the turns it gave in the claim's statement.
+# None: durable_claim_v6 records the turns it gave in the claim's statement.
 TAKE_TURNS = None
 
 # When the next claimable run of the open queues is due, for an idle worker's wait:
