@@ -124,3 +124,40 @@ def test_sixteen_threads_racing_to_take_a_finished_holders_key_hand_it_off_once(
     assert sorted(r.outcome for r in results) == ["handed_off"] + ["use_existing"] * 15
     assert list(Run.objects.filter(holds_key=True).values_list("id", flat=True)) == [new]
     assert Activity.objects.filter(kind="key_handed_off").count() == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_refused_as_not_serializable_is_run_again_where_it_owns_it():
+    """store.retry_deadlocks: an alias at REPEATABLE READ or SERIALIZABLE (workers
+    registering together) gets "could not serialize access"; a function that owns its
+    transaction runs it again, as after a deadlock."""
+    from django.db import connections
+
+    from django_durable import store
+    from django_durable.models import WorkerNode
+
+    WorkerNode.objects.create(
+        id="w", hostname="h", pid=1, queues=[], concurrency=1,
+        started_at=store.now(), heartbeat_at=store.now(),
+    )  # fmt: skip
+    other = connections.create_connection("default")
+    attempts = []
+
+    @store.retry_deadlocks
+    def bump():
+        attempts.append(1)
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT pid FROM durable_worker_node WHERE id = 'w'")  # snapshot
+            if len(attempts) == 1:  # another transaction changes the row and commits
+                with other.cursor() as theirs:
+                    theirs.execute("UPDATE durable_worker_node SET pid = pid + 10 WHERE id = 'w'")
+            cursor.execute("UPDATE durable_worker_node SET pid = pid + 1 WHERE id = 'w'")
+
+    try:
+        bump()
+    finally:
+        other.close()
+    assert len(attempts) == 2  # refused once (40001), then done
+    assert WorkerNode.objects.get(id="w").pid == 12

@@ -47,6 +47,9 @@ def registered(worker: Worker) -> Worker:
 def test_free_slots_are_filled_by_one_claim_statement(django_assert_num_queries):
     run_ids = [durable.start(Noop) for _ in range(10)]
     worker = Worker(concurrency=4, worker_id="batcher")
+    # A connection's first claim reads its isolation level once (store.claims):
+    # the count below is every later claim's.
+    Worker(queues=["nothing-here"]).claim_batch(1)
     with django_assert_num_queries(1):
         runs = worker.claim_batch(4)
     assert len(runs) == 4
@@ -382,3 +385,24 @@ def test_the_claim_and_the_idle_look_ahead_use_the_claim_index(queues):
         for query in captured.captured_queries:
             plan = explain(query["sql"])
             assert "durable_run_claim" in plan, plan
+
+
+@pytest.mark.django_db
+def test_runs_a_claim_gave_without_its_answer_are_handed_back_before_the_next_claim():
+    # A failover at a claim's commit: the runs are this worker's in the database, and
+    # the worker never heard of them. Nothing would renew their leases.
+    known_id, unknown_id = durable.start(Noop), durable.start(Noop)
+    worker = registered(Worker(concurrency=2, worker_id="in-doubt"))
+    runs = {run.id: run for run in worker.claim_batch(2)}
+    worker._hand_out([runs[known_id]])  # the other claim's answer was lost
+    worker._claim_in_doubt = True  # the dispatcher's claim met a connection fault
+
+    worker._hand_back_claims_in_doubt()
+
+    unknown, known = Run.objects.get(id=unknown_id), Run.objects.get(id=known_id)
+    assert (unknown.status, unknown.worker_id, unknown.recoveries) == ("pending", None, 0)
+    assert not StepAttempt.objects.filter(run_id=unknown_id).exists()  # it never ran
+    assert (known.status, known.worker_id) == ("running", "in-doubt")
+    assert not worker._claim_in_doubt
+    # Another worker's runs are never this worker's to hand back.
+    assert store.claims_unknown_to("someone-else", []) == []

@@ -126,6 +126,8 @@ class Worker:
         self._executing: set[Held] = set()
         # Given up while the database was out of reach: handed back once it answers.
         self.handbacks = HandBacks()
+        # A claim lost its connection: the runs it may have given are looked for first.
+        self._claim_in_doubt = False
         self._run_seconds: float | None = None  # how long runs take (moving average)
         self._wake = False
         self._stopping = threading.Event()
@@ -296,8 +298,13 @@ class Worker:
                 try:
                     self.outage.refresh()
                     self.return_lost_runs()
+                    if self._claim_in_doubt:
+                        self._hand_back_claims_in_doubt()
                     runs = self.claim_batch(free)
                 except DatabaseError as exc:
+                    # A claim whose connection was lost may have committed all the same
+                    # (a failover at its commit): looked for before the next one.
+                    self._claim_in_doubt = self._claim_in_doubt or is_connection_fault(exc)
                     self.outage.failed("claiming", exc)
                     self._wait_for_wake(self.poll_interval)
                     continue
@@ -321,6 +328,23 @@ class Worker:
             finally:
                 connections.close_all()
                 self._finished.set()
+
+    def _hand_back_claims_in_doubt(self) -> None:
+        """Hand back the runs a claim gave this worker though it never had the answer:
+        unknown to it, nothing renews their leases, and they would wait for the lease's
+        expiry and count as a lost worker's. Fenced by the claim, as every hand-back."""
+        known = [held.run.id for held in self.held()]
+        for run in store.claims_unknown_to(self.worker_id, known):
+            if store.hand_back(run):
+                store.notify_runs_due([run.id])
+                logger.info(
+                    "run %s (%s) handed back: claimed when the database went away, "
+                    "before the claim's answer came back",
+                    run.id,
+                    run.workflow,
+                    extra=telemetry.log_fields(run),
+                )
+        self._claim_in_doubt = False
 
     def _claimable(self) -> int:
         """How many runs a claim may take now (called with the lock held)."""

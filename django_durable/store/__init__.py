@@ -122,6 +122,7 @@ from django_durable.store.reruns import (
 )
 from django_durable.store.runs import (
     Recovery,
+    claims_unknown_to,
     current_status,
     hand_back,
     hand_back_lost,
@@ -229,6 +230,7 @@ __all__ = [
     "kept_event",
     "hand_back",
     "hand_back_lost",
+    "claims_unknown_to",
     "hand_off",
     "in_autocommit",
     "insert_or_get_holder",

@@ -129,8 +129,10 @@ def in_autocommit(connection=None) -> bool:
 
 # --- deadlocks ----------------------------------------------------------------------
 
-# PostgreSQL's "deadlock detected": it aborted this transaction to let another go on.
+# PostgreSQL aborted this transaction to let another go on: "deadlock detected", and
+# "could not serialize access" (an alias at REPEATABLE READ or SERIALIZABLE).
 DEADLOCK_SQLSTATE = "40P01"
+RETRIED_SQLSTATES = frozenset({DEADLOCK_SQLSTATE, "40001"})
 DEADLOCK_ATTEMPTS = 8
 
 
@@ -139,18 +141,20 @@ R = TypeVar("R")
 
 
 def is_deadlock(exc: BaseException) -> bool:
-    """True for the ``OperationalError`` PostgreSQL raises to break a deadlock."""
+    """True for the ``OperationalError`` PostgreSQL raises to break a deadlock, or to
+    refuse a transaction that could not be serialized with another."""
     return isinstance(exc, OperationalError) and (
-        getattr(exc.__cause__, "sqlstate", None) == DEADLOCK_SQLSTATE
+        getattr(exc.__cause__, "sqlstate", None) in RETRIED_SQLSTATES
     )
 
 
 def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
     """Run ``fn`` again (up to 8 attempts in all, after a random pause that grows with
     each: two transactions that met once often meet again at once) when PostgreSQL
-    broke a deadlock by aborting its transaction: the other transaction went on, so
-    this one meets no lock the next time. Only where ``fn`` owns its transaction: a
-    caller's own ``atomic()`` block is aborted as a whole, and the error is theirs."""
+    broke a deadlock, or refused a serialization, by aborting its transaction: the
+    other transaction went on, so this one meets no lock the next time. Only where
+    ``fn`` owns its transaction: a caller's own ``atomic()`` block is aborted as a
+    whole, and the error is theirs."""
 
     @functools.wraps(fn)
     def retrying(*args: P.args, **kwargs: P.kwargs) -> R:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.db.models import F, QuerySet
 
-from django_durable.models import Event, Run, Status, StepAttempt
+from django_durable.models import HELD_STATUSES, Event, Run, Status, StepAttempt
 from django_durable.store.base import LeaseLost, atomic, db_now, notify_due, now, owned
 from django_durable.store.compensations import hand_back_compensating, recover_expired_compensations
 
@@ -20,6 +20,7 @@ __all__ = [
     "record_delivery",
     "hand_back",
     "hand_back_lost",
+    "claims_unknown_to",
     "recover_expired_leases",
     "renew_lease",
     "waiting_for_input",
@@ -85,6 +86,15 @@ def waiting_for_input(workflows: list[str], limit: int) -> QuerySet[Run]:
         )
         .only("id", "workflow", "state", "created_at")
         .order_by("created_at", "id")[:limit]
+    )
+
+
+def claims_unknown_to(worker_id: str, known: Sequence[uuid.UUID]) -> list[Run]:
+    """The runs the database says ``worker_id`` holds and the worker does not know of
+    (``known``: those it does): a claim committed while its connection was lost, before
+    the answer came back."""
+    return list(
+        Run.objects.filter(worker_id=worker_id, status__in=HELD_STATUSES).exclude(id__in=known)
     )
 
 

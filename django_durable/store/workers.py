@@ -10,7 +10,16 @@ from django.db import connections
 from django.db.models import Q
 
 from django_durable.models import HELD_STATUSES, Run, WorkerNode
-from django_durable.store.base import atomic, db, db_now, engine, fetchone, notify_due, now
+from django_durable.store.base import (
+    atomic,
+    db,
+    db_now,
+    engine,
+    fetchone,
+    notify_due,
+    now,
+    retry_deadlocks,
+)
 
 __all__ = [
     "WORKERS_KEPT",
@@ -36,6 +45,7 @@ WORKERS_KEPT = timedelta(hours=24)
 # LISTEN connection.
 
 
+@retry_deadlocks  # workers starting together, on an alias at SERIALIZABLE
 def register_worker(
     worker_id: str,
     *,
