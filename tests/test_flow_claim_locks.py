@@ -257,9 +257,18 @@ def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
     its key (one per tenant) open; the second takes the other key's run and returns
     while the first's transaction is still open, never blocked on the first's key
     (by its lock, or by the slot index's check of the first's uncommitted slot)."""
+    first, got = claimed_beside_a_held_key(OnePerTenant)
+    assert [r.flow_key for r in got] == ["tenant:b" if first.flow_key == "tenant:a" else "tenant:a"]
+    assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
+
+
+def claimed_beside_a_held_key(workflow) -> tuple:
+    """Two runs of each of two tenants' keys; a first claimer takes one run and holds
+    its transaction open while a second claims: the first's run, and what the second
+    took, asserting the second returned while the first still held its key."""
     for tenant in ("a", "b"):
         for _ in range(2):
-            durable.start(OnePerTenant, {"tenant": tenant})
+            durable.start(workflow, {"tenant": tenant})
     held = HeldClaim(lambda: claim(1, worker="first"))
     held.start()
     assert held.ready.wait(DEADLINE)
@@ -273,30 +282,14 @@ def test_a_claimer_skips_the_key_another_is_claiming_from_without_waiting():
         held.release()
     got = second.result()
     assert returned_while_held
-    assert [r.flow_key for r in got] == ["tenant:b" if first.flow_key == "tenant:a" else "tenant:a"]
-    assert Run.objects.filter(flow_key=first.flow_key, status=Status.PENDING).count() == 1
+    return first, got
 
 
 def test_a_claimer_skips_a_rate_limited_key_another_is_claiming_from():
     """Guard: a key under rate_per_key is claimed by one claimer at a time (its lock
     tried exclusive): the second claimer never waits for the rate slot the first is
     writing, and takes the other key's run."""
-    for tenant in ("a", "b"):
-        for _ in range(2):
-            durable.start(RatedPerTenant, {"tenant": tenant})
-    held = HeldClaim(lambda: claim(1, worker="first"))
-    held.start()
-    assert held.ready.wait(DEADLINE)
-    [first] = held.claimed
-    try:
-        second = Claimer(lambda: claim(4, worker="second"))
-        second.start()
-        second.join(DEADLINE)
-        returned_while_held = not second.is_alive()
-    finally:
-        held.release()
-    got = second.result()
-    assert returned_while_held
+    first, got = claimed_beside_a_held_key(RatedPerTenant)
     assert {r.flow_key for r in got} == {"tenant:b" if first.flow_key == "tenant:a" else "tenant:a"}
 
 
