@@ -140,12 +140,15 @@ FUNCTION_QUERIES = {
 }
 
 
-def explain_function(create: str, query: str, values: list, *, generic: bool) -> str:
+def explain_function(
+    create: str, query: str, values: list, *, generic: bool, analyze: bool = False
+) -> str:
     """The plan of ``query``, the statement in the body of the function ``create``
     defines, for the arguments ``values``: its generic plan (the one the function
     keeps for the session: it sets plan_cache_mode) or one planned for these values,
     under the settings the function sets for itself (``SET jit = off``). Each
-    argument's name in ``query`` becomes its ``$n``, as the function binds it."""
+    argument's name in ``query`` becomes its ``$n``, as the function binds it.
+    ``analyze``: run it too, with the pages each step read (EXPLAIN ANALYZE, BUFFERS)."""
     signature = re.search(r"FUNCTION \w+\((.*?)\)\s*RETURNS", create, re.S).group(1)
     arguments = [argument.split() for argument in signature.split(",")]
     numbered = query
@@ -154,11 +157,19 @@ def explain_function(create: str, query: str, values: list, *, generic: bool) ->
     types = ", ".join(type_ for _name, type_ in arguments)
     header = re.split(r"^AS \$", create, maxsplit=1, flags=re.M)[0]
     settings = re.findall(r"^SET (\w+) = (\w+)$", header, re.M)
-    return explain_prepared(numbered, values, types=types, settings=settings, generic=generic)
+    return explain_prepared(
+        numbered, values, types=types, settings=settings, generic=generic, analyze=analyze
+    )
 
 
 def explain_prepared(
-    sql: str, values: list, *, types: str = "", settings=(), generic: bool = True
+    sql: str,
+    values: list,
+    *,
+    types: str = "",
+    settings=(),
+    generic: bool = True,
+    analyze: bool = False,
 ) -> str:
     """The plan of ``sql`` (``$n`` placeholders) as a prepared statement executed with
     ``values``: its generic plan, which PostgreSQL plans once for any values (what a
@@ -172,7 +183,8 @@ def explain_prepared(
         cursor.execute(f"PREPARE explained{f'({types})' if types else ''} AS {sql}")
         try:
             placeholders = ", ".join(["%s"] * len(values))
-            cursor.execute(f"EXPLAIN EXECUTE explained({placeholders})", values)
+            options = "(ANALYZE, BUFFERS) " if analyze else ""
+            cursor.execute(f"EXPLAIN {options}EXECUTE explained({placeholders})", values)
             return "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("DEALLOCATE explained")

@@ -86,8 +86,8 @@ BEGIN
         PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || w, 0))
         FROM unnest(v_capped) AS w;  -- v_capped is in name order
         FOR v_name, v_left IN SELECT * FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 LOOP
-            -- From the pointer (the key the queue's last claim took last; a row compared with
-            -- (k, NULL): the keys after k), then from the first key (wrapped), up to it again.
+            -- From the pointer (the key the queue's last claim took last): the keys after it, then
+            -- from the first key (wrapped), up to it again.
             WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
                 SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
                 FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
@@ -95,7 +95,12 @@ BEGIN
                 UNION ALL
                 SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
                     (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
-                     WHERE r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
+                     WHERE walk.n > 0 AND r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
+                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                     ORDER BY r.flow_key, r.workflow LIMIT 1)
+                    UNION ALL  -- from the pointer: by key alone (a row compared with NULL reads the key whole)
+                    (SELECT r.flow_key::varchar, r.workflow::varchar, false FROM durable_run AS r
+                     WHERE walk.n = 0 AND r.queue = v_name AND r.flow_key > walk.flow_key
                        AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
                      ORDER BY r.flow_key, r.workflow LIMIT 1)
                     UNION ALL
