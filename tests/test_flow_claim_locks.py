@@ -269,12 +269,21 @@ def claimed_beside_a_held_key(workflow) -> tuple:
     for tenant in ("a", "b"):
         for _ in range(2):
             durable.start(workflow, {"tenant": tenant})
-    held = HeldClaim(lambda: claim(1, worker="first"))
+    [first], got = claim_beside(lambda: claim(1, worker="first"))
+    return first, got
+
+
+def claim_beside(held_call, meanwhile=None) -> tuple[list, list]:
+    """``held_call`` claims in a transaction kept open (then ``meanwhile`` runs, if
+    given); a second claimer claims up to 4 on its own connection and must return
+    while the first still holds its locks: what each claimed."""
+    held = HeldClaim(held_call)
     held.start()
     assert held.ready.wait(DEADLINE)
-    [first] = held.claimed
+    if meanwhile is not None:
+        meanwhile()
+    second = Claimer(lambda: claim(4, worker="second"))
     try:
-        second = Claimer(lambda: claim(4, worker="second"))
         second.start()
         second.join(DEADLINE)
         returned_while_held = not second.is_alive()
@@ -282,7 +291,7 @@ def claimed_beside_a_held_key(workflow) -> tuple:
         held.release()
     got = second.result()
     assert returned_while_held
-    return first, got
+    return held.claimed, got
 
 
 def test_a_claimer_skips_a_rate_limited_key_another_is_claiming_from():
@@ -321,20 +330,11 @@ def test_a_claimer_skips_the_key_a_claimer_of_the_previous_release_holds():
         for _ in range(2):
             durable.start(OnePerTenant, {"tenant": tenant})
     Run.objects.filter(flow_key="tenant:b").update(due_at=store.now() + timedelta(minutes=1))
-    held = HeldClaim(lambda: claim_v5(1, "previous"))
-    held.start()
-    assert held.ready.wait(DEADLINE)
-    assert len(held.claimed) == 1
-    Run.objects.filter(flow_key="tenant:b").update(due_at=store.now())
-    try:
-        second = Claimer(lambda: claim(4, worker="second"))
-        second.start()
-        second.join(DEADLINE)
-        returned_while_held = not second.is_alive()
-    finally:
-        held.release()
-    got = second.result()
-    assert returned_while_held
+    previous, got = claim_beside(
+        lambda: claim_v5(1, "previous"),  # then tenant b's runs are made due
+        meanwhile=lambda: Run.objects.filter(flow_key="tenant:b").update(due_at=store.now()),
+    )
+    assert len(previous) == 1
     assert [r.flow_key for r in got] == ["tenant:b"]
 
 

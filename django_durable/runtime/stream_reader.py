@@ -34,7 +34,12 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django_durable import store
 from django_durable.models import Run
 from django_durable.operations.streams import check_after, check_stream_name
-from django_durable.runtime.stream_listener import Waiter, listener, recheck_after
+from django_durable.runtime.stream_listener import (
+    StreamListener,
+    Waiter,
+    listener,
+    recheck_after,
+)
 
 __all__ = [
     "READ_BATCH",
@@ -123,23 +128,26 @@ class _Cursor:
     def read(self) -> tuple[list[StreamItem], bool]:
         return self.take(_fetch(self.run_id, self.name, self.after))
 
-    def wait_for(self) -> float | None:
-        """How long to wait now (0: give up)."""
-        if self.deadline is None:
+    def pause(self, active: StreamListener | None) -> float | None:
+        """How long to wait before reading again: until the next look without a
+        NOTIFY (``recheck_after``), or less if the reader's deadline comes first;
+        None once it has passed (the reader gives up)."""
+        remaining = None if self.deadline is None else self.deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
             return None
-        return max(0.0, self.deadline - time.monotonic())
+        pause = recheck_after(active)
+        return pause if remaining is None else min(pause, remaining)
 
     def retry_after(self, exc: Exception) -> float:
         """How long to wait before reading again after ``exc`` (an ``OUTAGE``); raises
         it once the reader's deadline has passed."""
-        remaining = self.wait_for()
-        if remaining == 0:
+        pause = self.pause(None)
+        if pause is None:
             raise exc
         logger.info(
             "reading stream %r of run %s failed (%s); reading again", self.name, self.run_id, exc
         )
-        pause = recheck_after(None)
-        return pause if remaining is None else min(pause, remaining)
+        return pause
 
 
 class _Read:
@@ -259,12 +267,11 @@ def _read(cursor: _Cursor) -> Iterator[StreamItem]:
                 return
             if cursor.more:
                 continue
-            remaining = cursor.wait_for()
-            if remaining == 0:
+            pause = cursor.pause(active)
+            if pause is None:
                 return
             _release_connection()
-            pause = recheck_after(active)
-            waiter.event.wait(pause if remaining is None else min(pause, remaining))
+            waiter.event.wait(pause)
     finally:
         if active is not None:
             active.remove(cursor.run_id, cursor.name, waiter)
@@ -333,12 +340,11 @@ async def aread_stream(
                 return
             if cursor.more:
                 continue
-            remaining = cursor.wait_for()
-            if remaining == 0:
+            pause = cursor.pause(active)
+            if pause is None:
                 return
-            pause = recheck_after(active)
             waiter.key = (run, name, cursor.after)
-            await waiter.wait(pause if remaining is None else min(pause, remaining))
+            await waiter.wait(pause)
     finally:
         waiter.close()
         if active is not None:
