@@ -44,11 +44,9 @@ def backlog(count: int, flow_key: str = "tenant:big", priority: int = 0) -> None
     )
 
 
-def flow_claim_plans() -> tuple[str, str]:
-    """The generic plans (the ones the function keeps) of the flow path's walk of the
-    queue "flow"'s keys and its pick from both keys and the runs without one, with the
-    arguments of a real claim of that queue."""
-    values = call_arguments(
+def claim_arguments() -> list:
+    """The arguments of a real claim of one run of the queue "flow" (which it makes)."""
+    return call_arguments(
         lambda: store.claim(
             worker_id="explain",
             queues=["flow"],
@@ -58,6 +56,13 @@ def flow_claim_plans() -> tuple[str, str]:
         ),
         plans.CURRENT["durable_claim"],
     )
+
+
+def flow_claim_plans() -> tuple[str, str]:
+    """The generic plans (the ones the function keeps) of the flow path's walk of the
+    queue "flow"'s keys and its pick from both keys and the runs without one, with the
+    arguments of a real claim of that queue."""
+    values = claim_arguments()
     walk = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_walk_query("flow"), values, generic=True
     )
@@ -105,16 +110,7 @@ def test_a_walk_from_a_key_with_a_big_backlog_reads_a_few_pages_not_its_backlog(
     backlog(10, "tenant:small")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
-    values = call_arguments(  # a real claim: it takes "tenant:big" and moves the pointer there
-        lambda: store.claim(
-            worker_id="explain",
-            queues=["flow"],
-            limit=1,
-            lease=timedelta(minutes=1),
-            flow_limits=claim_limits(),
-        ),
-        plans.CURRENT["durable_claim"],
-    )
+    values = claim_arguments()  # it takes "tenant:big": the queue's pointer is there
     assert Run.objects.get(worker_id="explain").flow_key == "tenant:big"
     walk = explain_function(
         plans.CLAIM_FUNCTION, plans.claim_walk_query("flow"), values, generic=True, analyze=True
