@@ -3,8 +3,8 @@ a limited queue's lock waited for and its room counted after it (at READ COMMITT
 which the store sets for a session at another level); a workflow-wide limit's lock
 likewise; a limited key's slots' locks tried, never waited for, and its own lock
 tried (exclusive under rate_per_key; shared otherwise, which keeps out a claimer of
-the previous release, durable_claim_v5); a rate slot begun meanwhile
-refusing a begin; and a claim reading about as many keys as it takes, in turns from
+the previous release, durable_claim_v5); a key slot committed after the claim read
+it free dropped by its last statement; a rate slot begun meanwhile refusing a begin; and a claim reading about as many keys as it takes, in turns from
 where the last one stopped, across every queue it serves. scripts/mutate_claim.py
 removes each guard in turn and shows which of these tests catches it.
 
@@ -25,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
 from django_durable import store
-from django_durable.models import FlowRateSlot, Run, Status
+from django_durable.models import FlowRateSlot, FlowTurn, Run, Status
 from django_durable.operations.flow import claim_limits
 from django_durable.store import FlowLimit
 from django_durable.store.engines import postgres
@@ -336,6 +336,39 @@ def test_a_claimer_skips_the_key_a_claimer_of_the_previous_release_holds():
     )
     assert len(previous) == 1
     assert [r.flow_key for r in got] == ["tenant:b"]
+
+
+def test_a_key_slot_committed_after_the_claim_read_it_free_is_not_taken():
+    """Guard: the claim's last statement (a new snapshot) drops a key slot another
+    claim committed after this one read it free, and takes nothing for it, instead of
+    failing on the slot index. The claimer is held after its pick (its pointer's
+    upsert waits for the turn row, which the test holds); meanwhile the key's other
+    run commits holding slot 0."""
+    [due_run, other] = [durable.start(OnePerTenant, {"tenant": "a"}) for _ in range(2)]
+    Run.objects.filter(id=other).update(due_at=store.now() + timedelta(minutes=1))
+    FlowTurn.objects.create(queue="flow", flow_key="tenant:a", claimed_at=store.now())
+    turn = HeldClaim(
+        lambda: list(FlowTurn.objects.select_for_update().filter(flow_key="tenant:a"))
+    )
+    turn.start()
+    assert turn.ready.wait(DEADLINE)
+    claimer = Claimer(lambda: claim(1))
+    try:
+        claimer.start()
+        wait_until(
+            lambda: claimer.pid is not None and waits_for_a_lock(claimer.pid),
+            DEADLINE,
+            "the claimer to wait for the turn row",
+        )
+        Run.objects.filter(id=other).update(
+            status=Status.RUNNING, worker_id="other", flow_slot=0,
+            lease_expires_at=store.now() + LEASE, started_at=store.now(),
+        )  # fmt: skip
+    finally:
+        turn.release()
+    assert claimer.result() == []
+    assert Run.objects.get(id=due_run).status == Status.PENDING
+    assert Run.objects.filter(flow_key="tenant:a", status=Status.RUNNING).count() == 1
 
 
 def test_a_rate_slot_begun_meanwhile_refuses_the_begin():
