@@ -1,12 +1,13 @@
-"""The guards of the claim (durable_claim_v6, PostgreSQL), each through a real claim:
-a limited queue's lock waited for and its room counted after it (at READ COMMITTED,
+"""The guards of the claim (durable_claim_v6, PostgreSQL), each through a real claim: a
+limited queue's lock waited for and its room counted after it (at READ COMMITTED,
 which the store sets for a session at another level); a workflow-wide limit's lock
 likewise; a limited key's slots' locks tried, never waited for, and its own lock
 tried (exclusive under rate_per_key; shared otherwise, which keeps out a claimer of
 the previous release, durable_claim_v5); a key slot committed after the claim read
-it free dropped by its last statement; a rate slot begun meanwhile refusing a begin; and a claim reading about as many keys as it takes, in turns from
-where the last one stopped, across every queue it serves. scripts/mutate_claim.py
-removes each guard in turn and shows which of these tests catches it.
+it free dropped by its last statement; a rate slot begun meanwhile refusing a begin;
+and a claim reading about as many keys as it takes, in turns from where the last one
+stopped, across every queue it serves. scripts/mutate_claim.py removes each guard in
+turn and shows which of these tests catches it.
 
 Each claimer is a thread with its own connection; the one that holds its claim open
 does so inside a transaction (the locks are the transaction's), and waits are seen
@@ -347,9 +348,7 @@ def test_a_key_slot_committed_after_the_claim_read_it_free_is_not_taken():
     [due_run, other] = [durable.start(OnePerTenant, {"tenant": "a"}) for _ in range(2)]
     Run.objects.filter(id=other).update(due_at=store.now() + timedelta(minutes=1))
     FlowTurn.objects.create(queue="flow", flow_key="tenant:a", claimed_at=store.now())
-    turn = HeldClaim(
-        lambda: list(FlowTurn.objects.select_for_update().filter(flow_key="tenant:a"))
-    )
+    turn = HeldClaim(lambda: list(FlowTurn.objects.select_for_update().filter(flow_key="tenant:a")))
     turn.start()
     assert turn.ready.wait(DEADLINE)
     claimer = Claimer(lambda: claim(1))
