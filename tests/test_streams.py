@@ -4,6 +4,7 @@ reading with ``after`` and ``timeout``, pruning; on PostgreSQL and SQLite."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import timedelta
 from io import StringIO
@@ -14,9 +15,10 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 import django_durable as durable
-from django_durable import step
+from django_durable import step, store
 from django_durable.models import Run, Status, Stream, StreamEntry
 from django_durable.runtime.stream_writer import StreamWriter
+from django_durable.store import streams
 from django_durable.testing import drain
 
 pytestmark = pytest.mark.django_db
@@ -337,31 +339,74 @@ def test_the_database_refuses_a_duplicate_offset(define):
         )
 
 
+def notified(listener, count: int) -> list[str]:
+    """The next ``count`` payloads ``listener`` receives (30 s at most), then whatever
+    else arrives within 0.3 s (none, when exactly ``count`` were sent)."""
+    payloads = [n.payload for n in listener.notifies(timeout=30, stop_after=count)]
+    return payloads + [n.payload for n in listener.notifies(timeout=0.3)]
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_write_is_one_call_of_the_write_function_then_its_notify_alone(define):
+def test_a_write_is_one_call_of_the_write_function_and_its_notify_goes_apart(define):
     """A write is one statement (a function whose statements each session plans once),
-    committed alone; its NOTIFY goes after it in a transaction of its own, so concurrent
-    writers do not commit one by one behind the database-wide lock a NOTIFY holds
-    until its transaction's WAL is flushed. durable_stream keeps half of each page
-    free so that its rewrites stay HOT."""
+    committed alone; its NOTIFY goes from the process's notices thread, in a
+    transaction of its own, so concurrent writers do not commit one by one behind the
+    database-wide lock a NOTIFY holds until its transaction's WAL is flushed.
+    durable_stream keeps half of each page free so that its rewrites stay HOT."""
     run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
     out = StreamWriter(run, "first", 0, "text")
-    with CaptureQueriesContext(connection) as captured:
-        for token in ["a", "b", "c"]:
-            out.write(token)
+    listener = store.open_listener(store.stream_channel())
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            for token in ["a", "b", "c"]:
+                out.write(token)
+        assert notified(listener, 1)[0] == f"{run.id}:text"
+    finally:
+        listener.close()
     statements = [q["sql"] for q in captured]
-    assert len(statements) == 6
-    assert all("durable_stream_write_v1(" in sql for sql in statements[0::2])
-    assert not any("pg_notify" in sql for sql in statements[0::2])
-    assert all(
-        sql.startswith("SELECT pg_notify(") and f"'{run.id}:text'" in sql
-        for sql in statements[1::2]
-    )
+    assert len(statements) == 3
+    assert all("durable_stream_write_v1(" in sql for sql in statements)
     assert [i.value for i in items(run.id, "text")] == ["a", "b", "c"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'durable_stream'")
         assert cursor.fetchone()[0] == ["fillfactor=50"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_writes_made_while_a_notify_is_sent_wake_their_readers_in_one_transaction(
+    define, monkeypatch
+):
+    """The notices thread sends, in its next transaction, each stream written while it
+    was sending, once: 6 writes to two streams while the first write's NOTIFY is held
+    give 3 NOTIFYs, the first stream's, then each stream's once."""
+    run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
+    sending, go_on = threading.Event(), threading.Event()
+    send, sent = streams.send_notices, []
+
+    def held_once(payloads):
+        sent.append(payloads)
+        if not sending.is_set():
+            sending.set()
+            assert go_on.wait(30)
+        send(payloads)
+
+    monkeypatch.setattr(streams, "send_notices", held_once)
+    listener = store.open_listener(store.stream_channel())
+    try:
+        StreamWriter(run, "first", 0, "a").write(0)
+        assert sending.wait(30)
+        for n in range(1, 4):
+            StreamWriter(run, "first", 0, "a").write(n)
+            StreamWriter(run, "first", 0, "b").write(n)
+        go_on.set()
+        assert notified(listener, 3) == [f"{run.id}:a", f"{run.id}:a", f"{run.id}:b"]
+    finally:
+        go_on.set()
+        listener.close()
+    assert sent == [[f"{run.id}:a"], [f"{run.id}:a", f"{run.id}:b"]]  # two statements
+    assert [i.value for i in items(run.id, "a")] == [0, 1, 2, 3]
 
 
 def test_the_database_refuses_a_bad_kind_and_a_second_stream_row(define):

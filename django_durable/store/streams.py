@@ -1,5 +1,5 @@
-"""Streams' statements: a write (one statement, committed alone, then its NOTIFY), a
-close, the reads.
+"""Streams' statements: a write (one statement, committed alone; its NOTIFY goes
+after it from the process's notices thread), a close, the reads.
 
 A write is durable when it returns, whatever transaction the step has open: it runs
 on this thread's connection when that one is in autocommit (the worker's case), and
@@ -12,6 +12,9 @@ decided in ``operations.streams``.
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import threading
 import uuid
 from contextlib import contextmanager
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.models import OuterRef, Subquery
 
 from django_durable import conf
@@ -40,12 +43,17 @@ __all__ = [
     "stream_payload",
     "stream_position",
     "stream_refusal",
+    "stop_stream_notices",
     "write_stream",
 ]
 
 # The columns a reader gets of an item, in ``StreamItem``'s order.
 ITEM_COLUMNS = ("offset", "kind", "value", "step", "attempt", "written_at")
+# How long the notices thread waits for another write before it closes its connection
+# and ends (the next write starts it again).
+NOTICES_IDLE = 10.0
 
+logger = logging.getLogger("django_durable.streams")
 _local = threading.local()
 
 
@@ -66,6 +74,87 @@ def notify_streams(payload: str) -> None:
     statement = engine(connection).NOTIFY
     if statement is not None:
         fetchone(statement, [stream_channel(), payload], connection)
+
+
+def send_notices(payloads: list[str]) -> None:
+    """NOTIFY each payload on the streams' channel, in one transaction (PostgreSQL)."""
+    connection = db()
+    fetchone(engine(connection).NOTIFY_MANY, [stream_channel(), payloads], connection)
+
+
+class _Notices:
+    """The NOTIFYs of the writes committed alone, sent by one thread of the process: a
+    writer goes on once its write committed, and what is given while one NOTIFY
+    transaction is under way goes out in the next, each payload once (a woken reader
+    reads all that follows its offset). A transaction that NOTIFYs commits behind a
+    database-wide lock, so one per write made writers queue; now one serves a batch.
+    A NOTIFY that fails is logged, not sent again: readers look again without one
+    (``runtime.stream_listener.recheck_after``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._given = threading.Condition(self._lock)
+        self._payloads: dict[str, None] = {}  # in the order given, each once
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def give(self, payload: str) -> None:
+        with self._lock:
+            self._payloads[payload] = None
+            if self._thread is None or not self._thread.is_alive():  # ended, or forked
+                self._thread = threading.Thread(
+                    target=self._run, name="django-durable-stream-notices", daemon=True
+                )
+                self._thread.start()
+            self._given.notify()
+
+    def stop(self) -> None:
+        """Send what was given and end the thread, its connection closed."""
+        with self._lock:
+            thread, self._stopping = self._thread, True
+            self._given.notify()
+        if thread is not None:
+            thread.join(NOTICES_IDLE)
+        with self._lock:
+            self._stopping = False
+
+    def _take(self) -> list[str] | None:
+        """What was given, once there is any; None when stopping with nothing left,
+        or after NOTICES_IDLE without (the next ``give`` starts another thread)."""
+        with self._lock:
+            self._given.wait_for(lambda: self._payloads or self._stopping, NOTICES_IDLE)
+            if not self._payloads:
+                self._thread = None
+                return None
+            payloads, self._payloads = list(self._payloads), {}
+            return payloads
+
+    def _run(self) -> None:
+        try:
+            while (payloads := self._take()) is not None:
+                try:
+                    send_notices(payloads)
+                except DatabaseError as exc:
+                    db().close()
+                    logger.warning(
+                        "waking the readers of %d stream(s) failed (%s): they read "
+                        "again without it, within 5 s or DURABLE['POLL_INTERVAL']",
+                        len(payloads),
+                        exc,
+                    )
+        finally:
+            connections.close_all()  # this thread's
+
+
+_notices = _Notices()
+os.register_at_fork(after_in_child=_notices.__init__)  # no lock held by a lost thread
+atexit.register(_notices.stop)  # what a step wrote last wakes its readers at once
+
+
+def stop_stream_notices() -> None:
+    """Send the NOTIFYs of writes still waiting and end the notices thread, closing its
+    connection (before a database it uses is dropped)."""
+    _notices.stop()
 
 
 def side_connection():
@@ -157,16 +246,13 @@ def write_stream(write: StreamWrite) -> tuple[int, bool] | None:
 
 
 def _notify_written(connection, payload: str) -> None:
-    """Wake the stream's readers once its write committed: in a transaction of its own
-    (``NOTIFY_ALONE``) when the write was committed alone; with the transaction the
-    write joined, at its commit, otherwise."""
-    statements = engine(connection)
-    alone = connection.get_autocommit()
-    fetchone(
-        statements.NOTIFY_ALONE if alone else statements.NOTIFY,
-        [stream_channel(), payload],
-        connection,
-    )
+    """Wake the stream's readers once its write committed: through the process's
+    notices when the write was committed alone (the writer does not wait for it);
+    with the transaction the write joined, at its commit, otherwise."""
+    if connection.get_autocommit():
+        _notices.give(payload)
+    else:
+        fetchone(engine(connection).NOTIFY, [stream_channel(), payload], connection)
 
 
 @contextmanager

@@ -379,11 +379,11 @@ SELECT written_items, with_reset FROM durable_stream_write_v1(
     %(attempt)s, %(fence)s, %(max_items)s, %(now)s
 )
 """
-# The NOTIFY of a write, once the write committed, as a transaction of its own: the
-# database-wide lock a NOTIFY takes at commit is then held around that small
-# transaction's commit, not around the write's (writers of other streams would wait
-# for it).
-NOTIFY_ALONE = "SELECT pg_notify(%s, %s)"
+# The NOTIFYs of writes once they committed, several in a transaction of their own
+# (the process's notices thread): the database-wide lock a NOTIFY takes at commit is
+# then held around that small transaction's commit, not around a write's (writers of
+# other streams would wait for it).
+NOTIFY_MANY = "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p"
 # None: WRITE_STREAM raises the stream's row itself.
 UPSERT_STREAM = None
 # None: WRITE_STREAM inserts the items itself.

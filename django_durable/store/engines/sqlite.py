@@ -173,7 +173,7 @@ RECORD_LAST_STEPS = None
 # --- streams (docs/streams.md) ---------------------------------------------------------
 
 # None: no NOTIFY (readers poll).
-NOTIFY_ALONE = None
+NOTIFY_MANY = None
 # None: no CTE may write on SQLite; the store runs UPSERT_STREAM, then
 # INSERT_STREAM_ITEM once or twice, in one transaction (SQLite serialises writers).
 WRITE_STREAM = None
