@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
@@ -406,3 +406,61 @@ def test_runs_a_claim_gave_without_its_answer_are_handed_back_before_the_next_cl
     assert not worker._claim_in_doubt
     # Another worker's runs are never this worker's to hand back.
     assert store.claims_unknown_to("someone-else", []) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_run_given_up_in_an_outage_stays_the_workers_while_it_is_handed_back():
+    """The heartbeat hands back the runs given up during an outage while the dispatcher
+    may look for claims in doubt: a run being handed back is still among what the
+    worker holds, so the dispatcher never takes it for one it never heard of (its
+    hand-back would drop the lost attempt, and the step would run again unrecorded).
+    The hand-back is held on the run's row lock, taken by the test."""
+    run_id = durable.start(Noop)
+    worker = registered(Worker(concurrency=1, worker_id="outage"))
+    [run] = worker.claim_batch(1)
+    worker.handbacks._waiting.append(Held(run, run.fence))  # given up in an outage
+    locked, release = threading.Event(), threading.Event()
+    pids: list[int] = []
+
+    def lock_the_row():
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(id=run_id)
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    def hand_back():
+        try:
+            connection.ensure_connection()
+            pids.append(connection.connection.info.backend_pid)
+            worker.return_lost_runs()
+        finally:
+            connections.close_all()
+
+    holder, handing = threading.Thread(target=lock_the_row), threading.Thread(target=hand_back)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        handing.start()
+        wait_until(lambda: pids and waits_for_a_lock(pids[0]), 30, "the hand-back to wait")
+        assert run_id in [held.run.id for held in worker.held()]
+        known = [held.run.id for held in worker.held()]
+        assert store.claims_unknown_to(worker.worker_id, known) == []
+    finally:
+        release.set()
+        holder.join(30)
+        handing.join(30)
+    assert not handing.is_alive()
+    assert worker.held() == []
+    assert Run.objects.get(id=run_id).status == "pending"
+
+
+def waits_for_a_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
+        )
+        return cursor.fetchone()[0]

@@ -33,13 +33,16 @@ class HandBacks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: list[Any] = []  # the worker's ``Held`` records
+        # Those being handed back now: still the worker's until that is done (a claim
+        # in doubt must not take them for runs it never heard of).
+        self._handing: list[Any] = []
 
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
     def held(self) -> list[Any]:
         with self._lock:
-            return list(self._waiting)
+            return [*self._waiting, *self._handing]
 
     def take_all(self) -> list[Any]:
         with self._lock:
@@ -74,7 +77,16 @@ class HandBacks:
         """Hand back the runs kept during an outage, now that the database answers
         (the dispatcher and the heartbeat call it); what meets the outage again is
         kept for the next call."""
-        waiting = self.take_all()
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+            self._handing.extend(waiting)
+        try:
+            self._hand_back(waiting)
+        finally:
+            with self._lock:
+                self._handing = [held for held in self._handing if held not in waiting]
+
+    def _hand_back(self, waiting: list[Any]) -> None:
         for number, held in enumerate(waiting):
             run = held.run
             try:
