@@ -339,6 +339,21 @@ def test_the_database_refuses_a_duplicate_offset(define):
         )
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_readers_read_is_one_statement_with_the_streams_position():
+    """What a woken reader reads (its items, and whether the stream ended with them) is
+    one statement: the latency from a write to its readers holds one round trip."""
+    run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
+    StreamWriter(run, "first", 0, "text").write("a")
+    StreamWriter(run, "first", 0, "text").close()
+    with CaptureQueriesContext(connection) as captured:
+        reader = durable.read_stream(run.id, "text", timeout=0)  # checks the run: 1 query
+        assert [i.value for i in reader] == ["a"]  # every item, then ended: 1 query
+    assert len(captured) == 2, [q["sql"] for q in captured]
+    assert "durable_stream_item" in captured[1]["sql"]
+
+
 def notified(listener, count: int) -> list[str]:
     """The next ``count`` payloads ``listener`` receives (30 s at most), then whatever
     else arrives within 0.3 s (none, when exactly ``count`` were sent)."""

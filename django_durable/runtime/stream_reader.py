@@ -99,12 +99,11 @@ def _checked(run_id, name, after, timeout) -> tuple[uuid.UUID, str, int, float |
 def _fetch(run_id: uuid.UUID, name: str, after: int) -> tuple[list[StreamItem], bool, bool]:
     """The items after ``after``, whether the stream ended with them (every item read),
     and whether a full batch came back (read again before waiting)."""
-    rows = store.read_stream_items(run_id, name, after, READ_BATCH)
+    rows, position = store.read_stream(run_id, name, after, READ_BATCH)
     items = [StreamItem(*row) for row in rows]
     if len(items) == READ_BATCH:
         return items, False, True
     last = items[-1].offset if items else after
-    position = store.stream_position(run_id, name)
     ended = position is None or (position.ended and position.items <= last + 1)
     return items, ended, False
 

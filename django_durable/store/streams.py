@@ -27,7 +27,7 @@ from django.db.models import OuterRef, Subquery
 
 from django_durable import conf
 from django_durable.models import FINISHED_STATUSES, Run, Stream, StreamEntry
-from django_durable.store.base import alias, atomic, db, engine, fetchone, now
+from django_durable.store.base import alias, atomic, db, engine, fetchall, fetchone, now
 
 __all__ = [
     "StreamPosition",
@@ -36,6 +36,7 @@ __all__ = [
     "latest_stream_items",
     "latest_values",
     "notify_streams",
+    "read_stream",
     "read_stream_items",
     "release_side_connection",
     "run_streams",
@@ -330,6 +331,35 @@ def stream_position(run_id: uuid.UUID, name: str) -> StreamPosition | None:
         items=items or 0,
         run_status=status,
     )
+
+
+def read_stream(
+    run_id: uuid.UUID, name: str, after: int, limit: int
+) -> tuple[list[tuple[int, str, Any, str, int, datetime]], StreamPosition | None]:
+    """Up to ``limit`` items with an offset above ``after``, oldest first, and the
+    stream's position read with them (None: an unknown run): one statement where the
+    engine has it (``READ_STREAM``), else ``read_stream_items`` then ``stream_position``."""
+    connection = db()
+    statement = engine(connection).READ_STREAM
+    if statement is None:
+        return read_stream_items(run_id, name, after, limit), stream_position(run_id, name)
+    params = {"run_id": _prep(connection, Stream, "run", run_id), "name": name}
+    rows = fetchall(statement, {**params, "after": after, "limit": limit}, connection)
+    if not rows:
+        return [], None
+    status, count, closed_at = rows[0][:3]
+    position = StreamPosition(
+        ended=closed_at is not None or status in FINISHED_STATUSES,
+        items=count or 0,
+        run_status=status,
+    )
+    value = StreamEntry._meta.get_field("value")
+    items = [
+        (offset, kind, None if v is None else value.from_db_value(v, None, connection), *rest)
+        for _status, _count, _closed, offset, kind, v, *rest in rows
+        if offset is not None
+    ]
+    return items, position
 
 
 def read_stream_items(

@@ -388,6 +388,20 @@ NOTIFY_MANY = "SELECT count(pg_notify(%s, p)) FROM unnest(%s::text[]) AS p"
 UPSERT_STREAM = None
 # None: WRITE_STREAM inserts the items itself.
 INSERT_STREAM_ITEM = None
+# A reader's read: up to %(limit)s items after %(after)s, with the run's status and the
+# stream's count and close (one row with no item when none is there; no row for an
+# unknown run), in one statement and one snapshot: a woken reader's one round trip.
+READ_STREAM = """
+SELECT r.status, s.items, s.closed_at, i."offset", i.kind, i.value, i.step, i.attempt,
+       i.written_at
+FROM durable_run AS r
+LEFT JOIN durable_stream AS s ON s.run_id = r.id AND s.name = %(name)s
+LEFT JOIN (SELECT * FROM durable_stream_item
+           WHERE run_id = %(run_id)s AND stream = %(name)s AND "offset" > %(after)s
+           ORDER BY "offset" LIMIT %(limit)s) AS i ON true
+WHERE r.id = %(run_id)s
+ORDER BY i."offset"
+"""
 # Close a stream (its row made if nobody wrote yet), with the NOTIFY to its readers.
 CLOSE_STREAM = """
 WITH closed AS (

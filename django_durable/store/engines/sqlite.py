@@ -174,6 +174,9 @@ RECORD_LAST_STEPS = None
 
 # None: no NOTIFY (readers poll).
 NOTIFY_MANY = None
+# None: a read is the ORM's two queries (its dates need the backend's converters; readers
+# poll here, so the second round trip costs no latency a NOTIFY would save).
+READ_STREAM = None
 # None: no CTE may write on SQLite; the store runs UPSERT_STREAM, then
 # INSERT_STREAM_ITEM once or twice, in one transaction (SQLite serialises writers).
 WRITE_STREAM = None
