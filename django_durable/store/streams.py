@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import Error, connections
 from django.db.models import OuterRef, Subquery
 
 from django_durable import conf
@@ -135,7 +135,7 @@ class _Notices:
             while (payloads := self._take()) is not None:
                 try:
                     send_notices(payloads)
-                except DatabaseError as exc:
+                except Error as exc:  # the database's, a lost connection's too
                     db().close()
                     logger.warning(
                         "waking the readers of %d stream(s) failed (%s): they read "
