@@ -4,6 +4,7 @@ reading with ``after`` and ``timeout``, pruning; on PostgreSQL and SQLite."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from datetime import timedelta
@@ -20,6 +21,7 @@ from django_durable.models import Run, Status, Stream, StreamEntry
 from django_durable.runtime.stream_writer import StreamWriter
 from django_durable.store import streams
 from django_durable.testing import drain
+from tests.worker_processes import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -337,6 +339,36 @@ def test_the_database_refuses_a_duplicate_offset(define):
         StreamEntry.objects.create(
             run_id=run_id, stream="default", offset=entry.offset, step="x", attempt=1
         )
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_notices_thread_logs_a_lost_connection_and_notifies_the_next_write(define, caplog):
+    """The notices thread's connection is terminated while it idles: the NOTIFY of the
+    next write fails and is logged (its readers look again without it), and the one
+    after it goes out on a new connection."""
+    run = Run.objects.create(workflow="w", status="running", fence=1, attempt=1, input={})
+    out = StreamWriter(run, "first", 0, "text")
+    listener = store.open_listener(store.stream_channel())
+    try:
+        out.write("a")
+        assert notified(listener, 1) == [f"{run.id}:text"]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND query LIKE '%%pg_notify(%%unnest%%'"
+            )
+            assert cursor.fetchall() == [(True,)]
+        with caplog.at_level(logging.WARNING, logger="django_durable.streams"):
+            out.write("b")
+            wait_until(lambda: caplog.records, 30, "the failed NOTIFY to be logged")
+        assert "waking the readers of 1 stream(s) failed" in caplog.records[0].getMessage()
+        out.write("c")
+        assert notified(listener, 1) == [f"{run.id}:text"]
+    finally:
+        listener.close()
+    assert [i.value for i in items(run.id, "text")] == ["a", "b", "c"]
 
 
 @pytest.mark.postgres
