@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 
@@ -26,6 +26,7 @@ from django_durable.runtime.worker import (
     Worker,
     WorkerIdInUse,
 )
+from tests.helpers import DbThread, wait_until_blocked_on_lock
 from tests.plans import explain
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import Noop, ProcessArticle, WorkerSleeper
@@ -421,46 +422,25 @@ def test_a_run_given_up_in_an_outage_stays_the_workers_while_it_is_handed_back()
     [run] = worker.claim_batch(1)
     worker.handbacks._waiting.append(Held(run, run.fence))  # given up in an outage
     locked, release = threading.Event(), threading.Event()
-    pids: list[int] = []
 
     def lock_the_row():
-        try:
-            with transaction.atomic():
-                Run.objects.select_for_update().get(id=run_id)
-                locked.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
+        with transaction.atomic():
+            Run.objects.select_for_update().get(id=run_id)
+            locked.set()
+            release.wait(30)
 
-    def hand_back():
-        try:
-            connection.ensure_connection()
-            pids.append(connection.connection.info.backend_pid)
-            worker.return_lost_runs()
-        finally:
-            connections.close_all()
-
-    holder, handing = threading.Thread(target=lock_the_row), threading.Thread(target=hand_back)
+    holder, handing = DbThread(lock_the_row), DbThread(worker.return_lost_runs)
     holder.start()
     try:
         assert locked.wait(30)
         handing.start()
-        wait_until(lambda: pids and waits_for_a_lock(pids[0]), 30, "the hand-back to wait")
-        assert run_id in [held.run.id for held in worker.held()]
+        wait_until_blocked_on_lock(handing)
         known = [held.run.id for held in worker.held()]
+        assert run_id in known
         assert store.claims_unknown_to(worker.worker_id, known) == []
     finally:
         release.set()
-        holder.join(30)
-        handing.join(30)
-    assert not handing.is_alive()
+        holder.outcome()
+    handing.outcome()
     assert worker.held() == []
     assert Run.objects.get(id=run_id).status == "pending"
-
-
-def waits_for_a_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)", [pid]
-        )
-        return cursor.fetchone()[0]
