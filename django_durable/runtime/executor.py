@@ -359,11 +359,15 @@ def _connection_lost(run: Run, step: StepDef, exc: BaseException) -> int:
 
 def hand_back(run: Run) -> bool:
     """Give back a run the worker still holds (it stops, or gives up on the run), with
-    a lost attempt when its connection was lost during a step. False when the run is
-    no longer this worker's; a connection fault is the caller's (it tries again)."""
+    a lost attempt when its connection was lost during a step, and wake the workers
+    for it. False when the run is no longer this worker's; a connection fault is the
+    caller's (it tries again)."""
     if getattr(run, "connection_lost", None) is not None:
-        return hand_back_lost(run)
-    return store.hand_back(run)
+        return hand_back_lost(run)  # it wakes them
+    if not store.hand_back(run):
+        return False
+    store.notify_runs_due([run.id])
+    return True
 
 
 def hand_back_lost(run: Run) -> bool:

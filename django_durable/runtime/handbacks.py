@@ -24,7 +24,7 @@ from django_durable.runtime.errors import is_connection_fault
 
 logger = logging.getLogger("django_durable.runtime.worker")
 
-__all__ = ["HandBacks", "hand_back_quietly"]
+__all__ = ["HandBacks", "hand_back_quietly", "hand_back_unknown_claims"]
 
 
 class HandBacks:
@@ -55,7 +55,6 @@ class HandBacks:
         run = held.run
         try:
             if executor.hand_back(run):
-                store.notify_runs_due([run.id])
                 return "handed back"
             status = store.current_status(run.id)
         except DatabaseError as exc:
@@ -105,8 +104,6 @@ class HandBacks:
                     extra=telemetry.log_fields(run),
                 )
                 continue
-            if handed:
-                store.notify_runs_due([run.id])
             logger.info(
                 "run %s (%s) %s once the database answered again",
                 run.id,
@@ -119,8 +116,7 @@ class HandBacks:
 def hand_back_quietly(held: Any) -> None:
     """Hand back ``held``'s run at shutdown; its lease expires if that fails."""
     try:
-        if executor.hand_back(held.run):
-            store.notify_runs_due([held.run.id])
+        executor.hand_back(held.run)
     except DatabaseError as exc:
         logger.warning(
             "could not hand back run %s (%s); its lease will expire",
@@ -128,3 +124,19 @@ def hand_back_quietly(held: Any) -> None:
             exc,
             extra=telemetry.log_fields(held.run),
         )
+
+
+def hand_back_unknown_claims(worker_id: str, known: list) -> None:
+    """Hand back the runs a claim gave the worker though it never had the answer (a
+    failover at the claim's commit; ``known``: the ids of the runs it holds): unknown
+    to it, nothing renews their leases, and they would wait for the lease's expiry
+    and count as a lost worker's. Fenced by the claim, as every hand-back."""
+    for run in store.claims_unknown_to(worker_id, known):
+        if executor.hand_back(run):
+            logger.info(
+                "run %s (%s) handed back: claimed when the database went away, "
+                "before the claim's answer came back",
+                run.id,
+                run.workflow,
+                extra=telemetry.log_fields(run),
+            )

@@ -44,7 +44,7 @@ from django_durable.models import HELD_STATUSES, Run
 from django_durable.operations import calls, flow
 from django_durable.runtime import executor, leases, maintenance, stopping, telling
 from django_durable.runtime.errors import is_connection_fault
-from django_durable.runtime.handbacks import HandBacks
+from django_durable.runtime.handbacks import HandBacks, hand_back_unknown_claims
 from django_durable.runtime.notifier import Notifier
 from django_durable.runtime.recorder import Recorder
 from django_durable.workflows.definition import registry
@@ -330,20 +330,7 @@ class Worker:
                 self._finished.set()
 
     def _hand_back_claims_in_doubt(self) -> None:
-        """Hand back the runs a claim gave this worker though it never had the answer:
-        unknown to it, nothing renews their leases, and they would wait for the lease's
-        expiry and count as a lost worker's. Fenced by the claim, as every hand-back."""
-        known = [held.run.id for held in self.held()]
-        for run in store.claims_unknown_to(self.worker_id, known):
-            if store.hand_back(run):
-                store.notify_runs_due([run.id])
-                logger.info(
-                    "run %s (%s) handed back: claimed when the database went away, "
-                    "before the claim's answer came back",
-                    run.id,
-                    run.workflow,
-                    extra=telemetry.log_fields(run),
-                )
+        hand_back_unknown_claims(self.worker_id, [held.run.id for held in self.held()])
         self._claim_in_doubt = False
 
     def _claimable(self) -> int:

@@ -140,7 +140,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def is_deadlock(exc: BaseException) -> bool:
+def is_aborted_for_another(exc: BaseException) -> bool:
     """True for the ``OperationalError`` PostgreSQL raises to break a deadlock, or to
     refuse a transaction that could not be serialized with another."""
     return isinstance(exc, OperationalError) and (
@@ -162,7 +162,8 @@ def retry_deadlocks(fn: Callable[P, R]) -> Callable[P, R]:
             try:
                 return fn(*args, **kwargs)
             except OperationalError as exc:
-                if attempt == DEADLOCK_ATTEMPTS or not is_deadlock(exc) or db().in_atomic_block:
+                last = attempt == DEADLOCK_ATTEMPTS
+                if last or not is_aborted_for_another(exc) or db().in_atomic_block:
                     raise
             time.sleep(random.uniform(0.001, min(0.002 * 2**attempt, 0.2)))
         raise AssertionError("unreachable")

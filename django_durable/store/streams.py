@@ -252,8 +252,8 @@ def _notify_written(connection, payload: str) -> None:
     with the transaction the write joined, at its commit, otherwise."""
     if connection.get_autocommit():
         _notices.give(payload)
-    else:
-        fetchone(engine(connection).NOTIFY, [stream_channel(), payload], connection)
+    else:  # the write joined the thread's transaction (``join``)
+        notify_streams(payload)
 
 
 @contextmanager
