@@ -31,16 +31,18 @@ _CLAIM_PICK = _statement(
     CLAIM_FUNCTION,
     r"INTO v_ids, v_queues, v_workflows\s+FROM \((SELECT p\.\*.*?LIMIT p_limit)\) AS p;",
 )
-_CLAIM_WALK = re.sub(
-    r"\n\s*INTO v_pq, [^\n]*",
-    "",
-    _statement(CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?AS x\(k, w, place, ks\));"),
+# The walk is the flow statement's first part: per queue, a lateral subquery of the
+# queue (o.name) and its room (o.room).
+_CLAIM_WALK = _statement(
+    CLAIM_FUNCTION, r"\n\s*(WITH RECURSIVE walk.*?)\n\s*\) AS x\(flow_key, workflow, place, slots\)"
 )
 _CLAIM_FROM_KEYS = re.sub(
     r"\n\s*INTO v_ids, [^\n]*",
     " FROM claimed",
     _statement(CLAIM_FUNCTION, r"\n\s*(WITH pair AS .*?INTO v_ids, .*?FROM claimed);"),
 )
+# The pairs the walk took, in the flow statement: given instead, to plan the pick alone.
+_PAIRS = re.compile(r"WITH pair AS MATERIALIZED \(.*?\n\s*\),\n(\s*lim AS)", re.S)
 # The open queues served (the function's first statement), each with the claim's
 # limit as its room.
 _OPEN = "({})".format(
@@ -77,31 +79,24 @@ def _text(value: str) -> str:
 def claim_walk_query(queue: str) -> str:
     """The flow path's walk of one queue's keys in turns from its pointer (its newest
     durable_flow_turn row, read in the statement), trying each key's lock, for a plan
-    (the function binds these as its loop's variables)."""
-    values = {
-        **_NAMED,
-        "v_name": _text(queue),
-        "v_left": "p_limit",
-        **{name: "'{}'::text[]" for name in ("v_pq", "v_pk", "v_pw", "v_ps")},
-        "v_place": "'{}'::numeric[]",
-    }
-    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_WALK)
+    (the function's flow statement walks each queue with room, in a lateral subquery)."""
+    walk = _CLAIM_WALK.replace("o.name", _text(queue)).replace("o.room", "p_limit")
+    return re.sub(r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], walk)
 
 
 def claim_flow_query(chosen: list[tuple[str, str | None, str | None]]) -> str:
     """The flow path's pick from the keys ``chosen`` ((queue, flow key, workflow),
-    None for a queue's runs without a flow key), for a plan (the function passes them
-    as arrays)."""
+    None for a queue's runs without a flow key), for a plan (the function's flow
+    statement takes them from its walk)."""
     queues, keys, workflows = zip(*chosen, strict=True)
-    values = {
-        **_NAMED,
-        "v_pq": _sql_array(queues, "text"),
-        "v_pk": _sql_array(keys, "text"),
-        "v_pw": _sql_array(workflows, "text"),
-        "v_place": _sql_array(list(range(1, len(chosen) + 1)), "numeric"),
-        "v_ps": _sql_array([None] * len(chosen), "text"),  # no key's slots: its plan alike
-    }
-    return re.sub(r"\bv_\w+\b", lambda m: values[m.group(0)], _CLAIM_FROM_KEYS)
+    pairs = (  # no key's slots: its plan alike
+        "WITH pair AS MATERIALIZED (SELECT p.*, NULL::integer[] AS slots "
+        f"FROM unnest({_sql_array(queues, 'text')}, {_sql_array(keys, 'text')}, "
+        f"{_sql_array(workflows, 'text')}, {_sql_array(range(1, len(chosen) + 1), 'numeric')}) "
+        "AS p(queue, flow_key, workflow, place)),\n\\1"
+    )
+    query = _PAIRS.sub(pairs, _CLAIM_FROM_KEYS, count=1)
+    return re.sub(r"\bv_\w+\b", lambda m: _NAMED[m.group(0)], query)
 
 
 # The room of each queue served (counted after the queues' locks, with the gate) and the claim's

@@ -6,9 +6,9 @@
 -- room counted after them (READ COMMITTED, which the store sets); a key's are tried, its slots'
 -- too (a key's slots are shared), and the last statement drops a slot committed since read free.
 -- 1. The open queues, their room. 2. The gate on runs due: none with a flow key or of a capped
--- workflow -> 3. the fast path. 4. Else per queue its (flow key, workflow) pairs in turns from its
--- pointer, up to its room; one statement takes their runs in claim order (priority, round, turn)
--- and moves the pointers. 5. The rate slots, each run's slots, one UPDATE. Plans kept per session.
+-- workflow -> 3. the fast path. 4. Else one statement: per queue its (flow key, workflow) pairs in
+-- turns from its pointer, up to its room; their runs in claim order (priority, round, turn); the
+-- pointers moved. 5. The rate slots, each run's slots, one UPDATE. Plans kept per session.
 CREATE OR REPLACE FUNCTION durable_claim_v6(
     p_queues text[], p_limit integer, p_limited text[], p_caps integer[],
     p_workflows text[], p_prefixes text[], p_worker varchar, p_lease interval,
@@ -35,11 +35,6 @@ DECLARE
     v_open text[];  v_room integer[];  -- the open queues served, in name order; their room
     v_capped text[];  -- the workflows with a workflow-wide limit and a due run
     v_keyed boolean;  -- a flow-keyed run due in a queue with room
-    v_name text;  v_left integer;
-    -- The pairs taken, in turn order per queue: queue, flow key (NULL: the runs without one),
-    -- workflow, place in the queue's turn, its key's slots locked ('{}': no limit) as text.
-    v_pq text[] := '{}';  v_pk text[] := '{}';  v_pw text[] := '{}';  v_place numeric[] := '{}';
-    v_ps text[] := '{}';
     -- The runs to claim: their ids, queues, workflows, flow keys, key slots, rate slots.
     v_ids uuid[];  v_queues text[];  v_workflows text[];  v_keys text[];  v_key_slots integer[];
     v_rate_slots integer[];
@@ -85,75 +80,73 @@ BEGIN
     ELSE  -- 4. Flow path.
         PERFORM pg_advisory_xact_lock(hashtextextended('django_durable.workflow:' || w, 0))
         FROM unnest(v_capped) AS w;  -- v_capped is in name order
-        FOR v_name, v_left IN SELECT * FROM unnest(v_open, v_room) AS o(name, room) WHERE o.room > 0 LOOP
-            -- From the pointer (the key the queue's last claim took last): the keys after it, then
-            -- from the first key (wrapped), up to it again.
-            WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
-                SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
-                FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = v_name
-                              ORDER BY t.claimed_at DESC LIMIT 1)::varchar) AS t(flow_key)
-                UNION ALL
-                SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
-                    (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
-                     WHERE walk.n > 0 AND r.queue = v_name AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
-                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
-                     ORDER BY r.flow_key, r.workflow LIMIT 1)
-                    UNION ALL  -- from the pointer: by key alone (a row compared with NULL reads the key whole)
-                    (SELECT r.flow_key::varchar, r.workflow::varchar, false FROM durable_run AS r
-                     WHERE walk.n = 0 AND r.queue = v_name AND r.flow_key > walk.flow_key
-                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
-                     ORDER BY r.flow_key, r.workflow LIMIT 1)
+        WITH pair AS MATERIALIZED (  -- per queue with room: its (flow key, workflow) pairs taken, in
+            -- turns from its pointer (the key the queue's last claim took last): the keys after it, then
+            -- from the first key (wrapped), up to it again; the runs without a flow key at the wrap
+            SELECT o.name AS queue, x.flow_key, x.workflow, x.place, NULLIF(x.slots, '{}') AS slots
+            FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
+                WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
+                    SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
+                    FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = o.name
+                                  ORDER BY t.claimed_at DESC LIMIT 1)::varchar) AS t(flow_key)
                     UNION ALL
-                    (SELECT r.flow_key::varchar, r.workflow::varchar, true FROM durable_run AS r
-                     WHERE NOT walk.wrapped AND r.queue = v_name
-                       AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
-                     ORDER BY r.flow_key, r.workflow LIMIT 1)
-                    LIMIT 1) AS nxt
-                WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
-            ),
-            taken AS (  -- a pair with a due run no other claim holds, its key's lock, its slots if limited
-                SELECT walk.*, t.slots FROM walk
-                LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates) AS l(workflow, key_cap, rate)
-                     USING (workflow)
-                CROSS JOIN LATERAL (SELECT length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key)
-                     AS k(scope)
-                CROSS JOIN LATERAL (SELECT CASE  -- in this order, the locks last; NULL: not taken
-                    WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
-                              OR walk.workflow LIKE ANY (p_prefixes)) THEN NULL
-                    WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = v_name AND r.flow_key = walk.flow_key
-                            AND r.workflow = walk.workflow AND durable_claimable_v1(r.status, r.due_at)
-                            AND r.due_at <= v_now ORDER BY r.priority DESC, r.due_at, r.id
-                          LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL THEN NULL
-                    WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(  -- one claimer: its rate slots
-                         hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
-                    WHEN l.key_cap IS NULL THEN '{}'::integer[]
-                    WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(  -- v5 takes it exclusive
-                         hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
-                    ELSE (SELECT ARRAY(  -- of the lowest free slots within the room, those whose lock it gets
-                        SELECT f.s FROM (SELECT g.s FROM (SELECT generate_series(0, l.key_cap - 1) AS s) AS g
-                                         WHERE g.s <> ALL (h.held) LIMIT GREATEST(h.room, 0)) AS f
-                        WHERE pg_try_advisory_xact_lock(hashtextextended(
-                              'django_durable.flow_slot:' || k.scope || ':' || f.s, 0))
-                        LIMIT LEAST(v_left, p_limit))
-                    FROM (SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
-                                 l.key_cap - count(*)  -- the room: the limit less every run holding a worker
-                          FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
-                             AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, room))
-                    END) AS t(slots)
-                WHERE walk.n > 0 AND (cardinality(t.slots) > 0 OR l.key_cap IS NULL AND t.slots IS NOT NULL)
-                LIMIT LEAST(v_left, p_limit)  -- no ORDER BY: the walk is read only this far
-            )
-            SELECT v_pq || array_agg(v_name), v_pk || array_agg(k), v_pw || array_agg(w),
-                   v_place || array_agg(place), v_ps || array_agg(ks::text)
-            INTO v_pq, v_pk, v_pw, v_place, v_ps
-            FROM (SELECT taken.flow_key, taken.workflow, taken.n::numeric, taken.slots FROM taken
-                  UNION ALL  -- the runs without a flow key: in the turn of key '', at the wrap
-                  SELECT NULL, NULL, COALESCE((SELECT min(n) FROM taken WHERE wrapped),
-                                              (SELECT max(n) + 1 FROM taken), 1) - 0.5, NULL
-                 ) AS x(k, w, place, ks);
-        END LOOP;
-        WITH pair AS (SELECT p.*, NULLIF(p.ks::integer[], '{}') AS slots  -- NULL: no key limit
-                      FROM unnest(v_pq, v_pk, v_pw, v_place, v_ps) AS p(queue, flow_key, workflow, place, ks)),
+                    SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
+                        (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
+                         WHERE walk.n > 0 AND r.queue = o.name
+                           AND (r.flow_key, r.workflow) > (walk.flow_key, walk.workflow)
+                           AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                         ORDER BY r.flow_key, r.workflow LIMIT 1)
+                        UNION ALL  -- from the pointer: by key alone (a row compared with NULL reads the key whole)
+                        (SELECT r.flow_key::varchar, r.workflow::varchar, false FROM durable_run AS r
+                         WHERE walk.n = 0 AND r.queue = o.name AND r.flow_key > walk.flow_key
+                           AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                         ORDER BY r.flow_key, r.workflow LIMIT 1)
+                        UNION ALL
+                        (SELECT r.flow_key::varchar, r.workflow::varchar, true FROM durable_run AS r
+                         WHERE NOT walk.wrapped AND r.queue = o.name
+                           AND durable_claimable_v1(r.status, r.due_at) AND r.flow_key IS NOT NULL
+                         ORDER BY r.flow_key, r.workflow LIMIT 1)
+                        LIMIT 1) AS nxt
+                    WHERE walk.pointer IS NULL OR NOT (nxt.wrapped AND nxt.flow_key > walk.pointer)
+                ),
+                taken AS (  -- a pair with a due run no other claim holds, its key's lock, its slots if limited
+                    SELECT walk.*, t.slots FROM walk
+                    LEFT JOIN unnest(p_flow_workflows, p_key_caps, p_rates) AS l(workflow, key_cap, rate)
+                         USING (workflow)
+                    CROSS JOIN LATERAL (SELECT length(walk.workflow) || ':' || walk.workflow || ':' || walk.flow_key)
+                         AS k(scope)
+                    CROSS JOIN LATERAL (SELECT CASE  -- in this order, the locks last; NULL: not taken
+                        WHEN NOT (p_workflows IS NULL OR walk.workflow = ANY (p_workflows)
+                                  OR walk.workflow LIKE ANY (p_prefixes)) THEN NULL
+                        WHEN (SELECT r.id FROM durable_run AS r WHERE r.queue = o.name AND r.flow_key = walk.flow_key
+                                AND r.workflow = walk.workflow AND durable_claimable_v1(r.status, r.due_at)
+                                AND r.due_at <= v_now ORDER BY r.priority DESC, r.due_at, r.id
+                              LIMIT 1 FOR UPDATE SKIP LOCKED) IS NULL THEN NULL
+                        WHEN l.rate IS NOT NULL AND NOT pg_try_advisory_xact_lock(  -- one claimer: its rate slots
+                             hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
+                        WHEN l.key_cap IS NULL THEN '{}'::integer[]
+                        WHEN l.rate IS NULL AND NOT pg_try_advisory_xact_lock_shared(  -- v5 takes it exclusive
+                             hashtextextended('django_durable.flow_key:' || k.scope, 0)) THEN NULL
+                        ELSE (SELECT ARRAY(  -- of the lowest free slots within the room, those whose lock it gets
+                            SELECT f.s FROM (SELECT g.s FROM (SELECT generate_series(0, l.key_cap - 1) AS s) AS g
+                                             WHERE g.s <> ALL (h.held) LIMIT GREATEST(h.room, 0)) AS f
+                            WHERE pg_try_advisory_xact_lock(hashtextextended(
+                                  'django_durable.flow_slot:' || k.scope || ':' || f.s, 0))
+                            LIMIT LEAST(o.room, p_limit))
+                        FROM (SELECT COALESCE(array_agg(h.flow_slot) FILTER (WHERE h.flow_slot < l.key_cap), '{}'),
+                                     l.key_cap - count(*)  -- the room: the limit less every run holding a worker
+                              FROM durable_run AS h WHERE h.workflow = walk.workflow AND h.flow_key = walk.flow_key
+                                 AND durable_holds_worker_v1(h.status, h.lease_expires_at)) AS h(held, room))
+                        END) AS t(slots)
+                    WHERE walk.n > 0 AND (cardinality(t.slots) > 0 OR l.key_cap IS NULL AND t.slots IS NOT NULL)
+                    LIMIT LEAST(o.room, p_limit)  -- no ORDER BY: the walk is read only this far
+                )
+                SELECT taken.flow_key, taken.workflow, taken.n::numeric, taken.slots FROM taken
+                UNION ALL
+                SELECT NULL, NULL, COALESCE((SELECT min(n) FROM taken WHERE wrapped),
+                                            (SELECT max(n) + 1 FROM taken), 1) - 0.5, NULL
+            ) AS x(flow_key, workflow, place, slots) WHERE o.room > 0
+        ),
         lim AS (SELECT * FROM unnest(p_flow_workflows, p_key_caps, p_flow_caps, p_rates, p_pers)
                 AS l(workflow, key_cap, cap, rate, per)),
         cand AS MATERIALIZED (
