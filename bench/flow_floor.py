@@ -30,34 +30,23 @@ import statistics
 import time
 from datetime import timedelta
 
-from bench.flow_suite import FILL, FINISH, declare_workflows, empty, setup_django
+from bench.flow_suite import FILL, FINISH, empty, limits, prepare_database
 
 RUNS = 20_000
 KEYS = 20
 PER_CLAIM = 4
 LEASE = timedelta(minutes=5)
 
-FLOOR_FUNCTIONS = """
-CREATE OR REPLACE FUNCTION bench_floor_plain(p_queue text, p_limit integer, p_worker varchar)
-RETURNS SETOF uuid LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off
-AS $f$
-DECLARE v_now timestamptz := statement_timestamp(); v_ids uuid[];
-BEGIN
+# The floor functions by name: the statement that picks the runs into v_ids
+# (FLOOR_FUNCTION follows it with the same UPDATE of those runs in each).
+FLOOR_PICKS = {
+    "plain": """
     SELECT array_agg(p.id) INTO v_ids FROM (
         SELECT r.id FROM durable_run AS r WHERE r.queue = p_queue
            AND durable_claimable_v1(r.status, r.due_at) AND r.due_at <= v_now
         ORDER BY r.priority DESC, r.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED) AS p;
-    RETURN QUERY UPDATE durable_run AS d SET status = 'running', worker_id = p_worker,
-        lease_expires_at = v_now + interval '5 min', fence = d.fence + 1,
-        started_at = COALESCE(d.started_at, v_now)
-    WHERE d.id = ANY (v_ids) RETURNING d.id;
-END
-$f$;
-CREATE OR REPLACE FUNCTION bench_floor_fair(p_queue text, p_limit integer, p_worker varchar)
-RETURNS SETOF uuid LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off
-AS $f$
-DECLARE v_now timestamptz := statement_timestamp(); v_ids uuid[];
-BEGIN
+""",
+    "fair": """
     WITH RECURSIVE walk(flow_key, n) AS (
         SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = p_queue
                 ORDER BY t.claimed_at DESC LIMIT 1)::varchar, 0
@@ -85,6 +74,15 @@ BEGIN
         ON CONFLICT (queue, flow_key) DO UPDATE SET claimed_at = EXCLUDED.claimed_at
     )
     SELECT array_agg(picked.id) INTO v_ids FROM picked;
+""",
+}
+FLOOR_FUNCTION = """
+CREATE OR REPLACE FUNCTION bench_floor_{name}(p_queue text, p_limit integer, p_worker varchar)
+RETURNS SETOF uuid LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET jit = off
+AS $f$
+DECLARE v_now timestamptz := statement_timestamp(); v_ids uuid[];
+BEGIN
+{pick}
     RETURN QUERY UPDATE durable_run AS d SET status = 'running', worker_id = p_worker,
         lease_expires_at = v_now + interval '5 min', fence = d.fence + 1,
         started_at = COALESCE(d.started_at, v_now)
@@ -158,19 +156,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--claims", type=int, default=1500)
     args = parser.parse_args()
-    from bench.common import migrate, recreate_database, suite_env
-
-    database = os.environ.get("BENCH_DB_NAME", "bench_flow")
-    recreate_database(database)
-    migrate(suite_env(database))
-    setup_django()
-    declare_workflows()
+    prepare_database()
     from django.db import connection
 
-    from bench.flow_suite import limits
-
     with connection.cursor() as cursor:
-        cursor.execute(FLOOR_FUNCTIONS)
+        for name, pick in FLOOR_PICKS.items():
+            cursor.execute(FLOOR_FUNCTION.format(name=name, pick=pick))
     keyed_limits = limits(["flow_per_key"])  # concurrency_per_key 100, never reached
     cases = {
         "floor: plain": (0, floor_claim("bench_floor_plain")),

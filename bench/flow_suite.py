@@ -415,6 +415,18 @@ def plan_summary(plan: str) -> str:
     )
 
 
+def prepare_database() -> None:
+    """The suite's database rebuilt and migrated, Django set up on it, the suite's
+    workflows declared."""
+    from bench.common import migrate, recreate_database, suite_env
+
+    database = os.environ.get("BENCH_DB_NAME", "bench_flow")
+    recreate_database(database)
+    migrate(suite_env(database))
+    setup_django()
+    declare_workflows()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -425,13 +437,7 @@ def main() -> None:
     parser.add_argument("--plans", help="a directory to write each backlog's plans to")
     parser.add_argument("--claim", help="an installed claim function to call instead")
     args = parser.parse_args()
-    from bench.common import migrate, recreate_database, suite_env
-
-    database = os.environ.get("BENCH_DB_NAME", "bench_flow")
-    recreate_database(database)
-    migrate(suite_env(database))
-    setup_django()
-    declare_workflows()
+    prepare_database()
     from django_durable.store.engines import postgres
     from django_durable.store.functions import CURRENT
 
