@@ -82,8 +82,9 @@ BEGIN
         FROM unnest(v_capped) AS w;  -- v_capped is in name order
         WITH pair AS MATERIALIZED (  -- per queue with room: its (flow key, workflow) pairs taken, in
             -- turns from its pointer (the key the queue's last claim took last): the keys after it, then
-            -- from the first key (wrapped), up to it again; the runs without a flow key at the wrap
-            SELECT o.name AS queue, x.flow_key, x.workflow, x.place, NULLIF(x.slots, '{}') AS slots
+            -- from the first key (wrapped), up to it again
+            SELECT o.name AS queue, x.flow_key, x.workflow, x.place,
+                   NULLIF(x.slots, '{}') AS slots  -- NULL: no key limit
             FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
                 WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
                     SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
@@ -142,7 +143,7 @@ BEGIN
                     LIMIT LEAST(o.room, p_limit)  -- no ORDER BY: the walk is read only this far
                 )
                 SELECT taken.flow_key, taken.workflow, taken.n::numeric, taken.slots FROM taken
-                UNION ALL
+                UNION ALL  -- the runs without a flow key: in the turn of key '', at the wrap
                 SELECT NULL, NULL, COALESCE((SELECT min(n) FROM taken WHERE wrapped),
                                             (SELECT max(n) + 1 FROM taken), 1) - 0.5, NULL
             ) AS x(flow_key, workflow, place, slots) WHERE o.room > 0
