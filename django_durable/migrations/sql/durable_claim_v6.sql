@@ -87,9 +87,9 @@ BEGIN
                    NULLIF(x.slots, '{}') AS slots  -- NULL: no key limit
             FROM unnest(v_open, v_room) AS o(name, room) CROSS JOIN LATERAL (
                 WITH RECURSIVE walk(flow_key, workflow, wrapped, n, pointer) AS (
-                    SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key
-                    FROM (SELECT (SELECT t.flow_key FROM durable_flow_turn AS t WHERE t.queue = o.name
-                                  ORDER BY t.claimed_at DESC LIMIT 1)::varchar) AS t(flow_key)
+                    SELECT t.flow_key, NULL::varchar, false, 0, t.flow_key  -- the pointer, read once
+                    FROM (SELECT) AS one LEFT JOIN LATERAL (SELECT t.flow_key::varchar FROM durable_flow_turn AS t
+                          WHERE t.queue = o.name ORDER BY t.claimed_at DESC LIMIT 1) AS t ON true
                     UNION ALL
                     SELECT nxt.*, walk.n + 1, walk.pointer FROM walk CROSS JOIN LATERAL (
                         (SELECT r.flow_key::varchar, r.workflow::varchar, walk.wrapped FROM durable_run AS r
